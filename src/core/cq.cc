@@ -1,0 +1,299 @@
+#include "core/cq.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <mutex>
+
+namespace fabq::core {
+namespace {
+
+constexpr size_t kMaxCqSlots = size_t{1} << 26;
+
+void store_entry(CqFormat format, const Completion& c, unsigned char* out) {
+  switch (format) {
+    case CqFormat::kContext: {
+      fi_cq_entry e{c.op_context};
+      std::memcpy(out, &e, sizeof(e));
+      return;
+    }
+    case CqFormat::kMsg: {
+      fi_cq_msg_entry e{c.op_context, c.flags, c.len};
+      std::memcpy(out, &e, sizeof(e));
+      return;
+    }
+    case CqFormat::kData: {
+      fi_cq_data_entry e{c.op_context, c.flags, c.len, c.buf, c.data};
+      std::memcpy(out, &e, sizeof(e));
+      return;
+    }
+    case CqFormat::kTagged: {
+      fi_cq_tagged_entry e{c.op_context, c.flags, c.len, c.buf, c.data, c.tag};
+      std::memcpy(out, &e, sizeof(e));
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+Result<CqFormat> cq_format_from_fi(enum fi_cq_format format) {
+  switch (format) {
+    case FI_CQ_FORMAT_UNSPEC:
+    case FI_CQ_FORMAT_CONTEXT:
+      return CqFormat::kContext;
+    case FI_CQ_FORMAT_MSG:
+      return CqFormat::kMsg;
+    case FI_CQ_FORMAT_DATA:
+      return CqFormat::kData;
+    case FI_CQ_FORMAT_TAGGED:
+      return CqFormat::kTagged;
+  }
+  return Code::kInval;
+}
+
+size_t cq_entry_size(CqFormat format) {
+  switch (format) {
+    case CqFormat::kContext:
+      return sizeof(fi_cq_entry);
+    case CqFormat::kMsg:
+      return sizeof(fi_cq_msg_entry);
+    case CqFormat::kData:
+      return sizeof(fi_cq_data_entry);
+    case CqFormat::kTagged:
+      return sizeof(fi_cq_tagged_entry);
+  }
+  return 0;
+}
+
+Result<std::unique_ptr<CompletionQueue>> CompletionQueue::create(const CqConfig& config) {
+  if (config.size == 0 || config.size > kMaxCqSlots) return Code::kInval;
+  std::unique_ptr<WaitObject> own;
+  if (config.wait == WaitKind::kSet) {
+    if (config.external_wait == nullptr) return Code::kInval;
+  } else if (config.wait != WaitKind::kNone) {
+    auto w = WaitObject::create(config.wait);
+    if (!w.ok()) return w.status();
+    own = std::move(w.value());
+  }
+  return std::unique_ptr<CompletionQueue>(new CompletionQueue(config, std::move(own)));
+}
+
+CompletionQueue::CompletionQueue(const CqConfig& config, std::unique_ptr<WaitObject> own_wait)
+    : ring_(config.size),
+      credits_(static_cast<int64_t>(ring_.capacity())),
+      format_(config.format),
+      entry_size_(cq_entry_size(config.format)),
+      wait_kind_(config.wait),
+      provider_owned_err_data_(config.provider_owned_err_data),
+      spin_ns_(config.spin_ns),
+      own_wait_(std::move(own_wait)),
+      gate_(own_wait_ ? own_wait_.get() : config.external_wait) {}
+
+Status CompletionQueue::reserve(size_t n) {
+  if (overrun()) return Code::kOverrun;
+  const auto want = static_cast<int64_t>(n);
+  // A transiently negative count can make a racing reserve() fail with kAgain; kAgain is
+  // always retryable, so that is harmless and keeps the fast path to one RMW.
+  if (credits_.fetch_sub(want, std::memory_order_acquire) < want) {
+    credits_.fetch_add(want, std::memory_order_relaxed);
+    return Code::kAgain;
+  }
+  return OkStatus();
+}
+
+void CompletionQueue::cancel_reservation(size_t n) {
+  credits_.fetch_add(static_cast<int64_t>(n), std::memory_order_release);
+}
+
+uint64_t CompletionQueue::claim_reserved() {
+  // A credit guarantees a free slot, so claim() can only fail transiently (a reader that has
+  // returned credits is about to publish its new head).
+  for (;;) {
+    if (auto pos = ring_.claim()) return *pos;
+    cpu_relax();
+  }
+}
+
+void CompletionQueue::complete(const Completion& c) {
+  if (overrun()) {
+    cancel_reservation(1);
+    return;
+  }
+  const uint64_t pos = claim_reserved();
+  ring_.at(pos).c = c;
+  ring_.publish(pos, /*tag=error*/ false);
+  gate_.notify(pos + 1);
+}
+
+void CompletionQueue::complete_error(const CompletionError& e) {
+  if (overrun()) {
+    cancel_reservation(1);
+    return;
+  }
+  const uint64_t pos = claim_reserved();
+  Slot& slot = ring_.at(pos);
+  slot.c = e.completion;
+  slot.olen = e.olen;
+  slot.err = e.err;
+  slot.prov_errno = e.prov_errno;
+  const size_t n = e.err_data != nullptr ? std::min(e.err_data_size, kCqMaxErrData) : 0;
+  slot.err_data_size = static_cast<uint32_t>(n);
+  if (n > 0) std::memcpy(slot.err_data, e.err_data, n);
+  errors_queued_.fetch_add(1, std::memory_order_release);
+  ring_.publish(pos, /*tag=error*/ true);
+  gate_.notify_all();
+}
+
+Status CompletionQueue::write(const Completion& c) {
+  if (Status s = reserve(1); !s.ok()) return s;
+  complete(c);
+  return OkStatus();
+}
+
+Status CompletionQueue::write_error(const CompletionError& e) {
+  if (Status s = reserve(1); !s.ok()) return s;
+  complete_error(e);
+  return OkStatus();
+}
+
+void CompletionQueue::enter_overrun() {
+  overrun_.store(true, std::memory_order_release);
+  gate_.notify_all();
+}
+
+Result<size_t> CompletionQueue::read_locked(void* buf, size_t count, fi_addr_t* src_addr,
+                                            size_t min_ready) {
+  const uint64_t head = ring_.head();
+  auto* out = static_cast<unsigned char*>(buf);
+  size_t n = 0;
+  bool is_error = false;
+  // Count first when a threshold applies, so that a short batch is left in place.
+  if (min_ready > 1) {
+    size_t ready = 0;
+    while (ready < min_ready) {
+      if (ring_.peek(head + ready, &is_error) == nullptr || is_error) break;
+      ++ready;
+    }
+    // An error within reach, or an overrun, ends the wait: read what precedes it.
+    if (ready < min_ready && !is_error && !overrun()) return Code::kAgain;
+  }
+  is_error = false;
+  while (n < count) {
+    const Slot* slot = ring_.peek(head + n, &is_error);
+    if (slot == nullptr || is_error) break;
+    store_entry(format_, slot->c, out + n * entry_size_);
+    if (src_addr != nullptr) src_addr[n] = slot->c.src_addr;
+    ++n;
+  }
+  if (n > 0) {
+    ring_.consume(n);
+    credits_.fetch_add(static_cast<int64_t>(n), std::memory_order_release);
+    return n;
+  }
+  if (is_error) return Code::kAvail;
+  return overrun() && ring_.claimed() == 0 ? Code::kAvail : Code::kAgain;
+}
+
+Result<size_t> CompletionQueue::read(void* buf, size_t count, fi_addr_t* src_addr) {
+  if (count == 0 || buf == nullptr) return Code::kInval;
+  std::lock_guard lock(read_lock_);
+  return read_locked(buf, count, src_addr, 0);
+}
+
+Result<size_t> CompletionQueue::read_error(fi_cq_err_entry* entry, uint64_t flags) {
+  if (entry == nullptr) return Code::kInval;
+  std::lock_guard lock(read_lock_);
+  const uint64_t head = ring_.head();
+  bool is_error = false;
+  const Slot* slot = ring_.peek(head, &is_error);
+  if (slot != nullptr) {
+    if (!is_error) return Code::kAgain;
+    const Completion& c = slot->c;
+    entry->op_context = c.op_context;
+    entry->flags = c.flags;
+    entry->len = c.len;
+    entry->buf = c.buf;
+    entry->data = c.data;
+    entry->tag = c.tag;
+    entry->olen = slot->olen;
+    entry->err = slot->err;
+    entry->prov_errno = slot->prov_errno;
+    const size_t size = slot->err_data_size;
+    if (!provider_owned_err_data_ && entry->err_data != nullptr && entry->err_data_size > 0) {
+      const size_t n = std::min(size, entry->err_data_size);
+      if (n > 0) std::memcpy(entry->err_data, slot->err_data, n);
+      entry->err_data_size = n;
+    } else {
+      if (size > 0) std::memcpy(err_buf_, slot->err_data, size);
+      entry->err_data = size > 0 ? err_buf_ : nullptr;
+      entry->err_data_size = size;
+    }
+    if ((flags & FI_PEEK) == 0) {
+      ring_.consume(1);
+      errors_queued_.fetch_sub(1, std::memory_order_relaxed);
+      credits_.fetch_add(1, std::memory_order_release);
+    }
+    return 1;
+  }
+  if (!overrun() || ring_.claimed() != 0) return Code::kAgain;
+  *entry = fi_cq_err_entry{};
+  entry->err = FI_EOVERRUN;
+  return 1;
+}
+
+Result<size_t> CompletionQueue::sread(void* buf, size_t count, fi_addr_t* src_addr,
+                                      size_t threshold, int timeout_ms) {
+  if (wait_kind_ == WaitKind::kNone || wait_kind_ == WaitKind::kSet) return Code::kNoSys;
+  if (count == 0 || buf == nullptr) return Code::kInval;
+  const size_t want = std::max<size_t>(1, std::min({threshold, count, capacity()}));
+  const Deadline deadline = Deadline::from_timeout_ms(timeout_ms);
+
+  // A signal nobody has answered yet makes this call return at once.
+  uint64_t seen = signals_.load(std::memory_order_acquire);
+  const bool pending_signal = seen != signals_seen_.load(std::memory_order_relaxed);
+  if (pending_signal) signals_seen_.store(seen, std::memory_order_relaxed);
+
+  for (;;) {
+    {
+      std::lock_guard lock(read_lock_);
+      const bool give_up = pending_signal || deadline.expired();
+      Result<size_t> r = read_locked(buf, count, src_addr, give_up ? 0 : want);
+      if (r.status().code() != Code::kAgain || give_up) return r;
+    }
+    const uint64_t wake_at = ring_.head() + want;
+    const Status s = wait_until(gate_, wake_at, deadline, spin_ns_, [&] {
+      return ring_.claimed() >= want || errors_queued_.load(std::memory_order_acquire) != 0 ||
+             overrun() || signalled_since(seen);
+    });
+    const uint64_t now = signals_.load(std::memory_order_acquire);
+    if (now != seen) {
+      // Answer the signal: every sleeper that saw it returns.
+      signals_seen_.store(now, std::memory_order_relaxed);
+      std::lock_guard lock(read_lock_);
+      return read_locked(buf, count, src_addr, 0);
+    }
+    if (!s.ok()) {
+      std::lock_guard lock(read_lock_);
+      return read_locked(buf, count, src_addr, 0);  // timeout or interrupt: what is there
+    }
+  }
+}
+
+Status CompletionQueue::signal() {
+  if (wait_kind_ == WaitKind::kNone) return Code::kNoSys;
+  signals_.fetch_add(1, std::memory_order_acq_rel);
+  gate_.notify_all();
+  return OkStatus();
+}
+
+Status CompletionQueue::try_wait() {
+  WaitObject* obj = gate_.object();
+  if (obj == nullptr) return Code::kNoSys;
+  obj->quiet();
+  gate_.arm_external();
+  const bool readable = ring_.claimed() != 0 || overrun();
+  return readable ? Status(Code::kAgain) : OkStatus();
+}
+
+}  // namespace fabq::core

@@ -1,0 +1,188 @@
+#include "core/eq.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+namespace fabq::core {
+namespace {
+
+// Sizes beyond this cannot be backed by memory anyway; refuse before the multiplication
+// in the ring's allocation can overflow.
+constexpr size_t kMaxEqSlots = size_t{1} << 26;
+
+// Most events are a bare fi_eq_entry: copy those with a constant size, which the compiler
+// inlines, instead of calling memcpy.
+inline void copy_event(void* dst, const void* src, size_t len) {
+  if (len == sizeof(fi_eq_entry)) {
+    std::memcpy(dst, src, sizeof(fi_eq_entry));
+  } else if (len > 0) {
+    std::memcpy(dst, src, len);
+  }
+}
+
+struct ErrorHeader {
+  fid_t fid;
+  void* context;
+  uint64_t data;
+  int err;
+  int prov_errno;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<EventQueue>> EventQueue::create(const EqConfig& config) {
+  if (config.size == 0 || config.size > kMaxEqSlots) return Code::kInval;
+  std::unique_ptr<WaitObject> own;
+  if (config.wait == WaitKind::kSet) {
+    if (config.external_wait == nullptr) return Code::kInval;
+  } else if (config.wait != WaitKind::kNone) {
+    auto w = WaitObject::create(config.wait);
+    if (!w.ok()) return w.status();
+    own = std::move(w.value());
+  }
+  return std::unique_ptr<EventQueue>(new EventQueue(config, std::move(own)));
+}
+
+EventQueue::EventQueue(const EqConfig& config, std::unique_ptr<WaitObject> own_wait)
+    : ring_(config.size),
+      wait_kind_(config.wait),
+      provider_owned_err_data_(config.provider_owned_err_data),
+      spin_ns_(config.spin_ns),
+      owner_(config.owner),
+      own_wait_(std::move(own_wait)),
+      gate_(own_wait_ ? own_wait_.get() : config.external_wait) {}
+
+Status EventQueue::claim_for_write(uint64_t* pos) {
+  if (overrun()) return Code::kOverrun;
+  auto claimed = ring_.claim();
+  if (!claimed) {
+    overrun_.store(true, std::memory_order_release);
+    // Readers blocked on an empty-looking queue must learn about the overrun entry.
+    gate_.notify_all();
+    return Code::kOverrun;
+  }
+  *pos = *claimed;
+  return OkStatus();
+}
+
+Result<size_t> EventQueue::write(uint32_t event, const void* buf, size_t len) {
+  if (len > kEqMaxEventSize || (buf == nullptr && len > 0)) return Code::kInval;
+  uint64_t pos;
+  if (Status s = claim_for_write(&pos); !s.ok()) return s;
+  Slot& slot = ring_.at(pos);
+  slot.event = event;
+  slot.len = static_cast<uint32_t>(len);
+  copy_event(slot.payload, buf, len);
+  ring_.publish(pos, /*tag=error*/ false);
+  gate_.notify(pos + 1);
+  return len;
+}
+
+Status EventQueue::write_error(const EqError& error) {
+  if (error.err <= 0 || error.err_data_size > kEqMaxErrData ||
+      (error.err_data == nullptr && error.err_data_size > 0)) {
+    return Code::kInval;
+  }
+  uint64_t pos;
+  if (Status s = claim_for_write(&pos); !s.ok()) return s;
+  Slot& slot = ring_.at(pos);
+  const ErrorHeader h{error.fid, error.context, error.data, error.err, error.prov_errno};
+  slot.event = 0;
+  slot.len = static_cast<uint32_t>(error.err_data_size);
+  std::memcpy(slot.payload, &h, sizeof(h));
+  if (error.err_data_size > 0) {
+    std::memcpy(slot.payload + sizeof(h), error.err_data, error.err_data_size);
+  }
+  ring_.publish(pos, /*tag=error*/ true);
+  gate_.notify_all();
+  return OkStatus();
+}
+
+Result<size_t> EventQueue::read(uint32_t* event, void* buf, size_t len, uint64_t flags) {
+  std::lock_guard lock(read_lock_);
+  const uint64_t head = ring_.head();
+  bool is_error = false;
+  const Slot* slot = ring_.peek(head, &is_error);
+  if (slot == nullptr) {
+    // The overrun entry follows the last stored event (claimed-but-unpublished ones included).
+    return overrun() && ring_.claimed() == 0 ? Code::kAvail : Code::kAgain;
+  }
+  if (is_error) return Code::kAvail;
+  if (len < slot->len || (buf == nullptr && slot->len > 0)) return Code::kTooSmall;
+  if (event != nullptr) *event = slot->event;
+  const size_t n = slot->len;
+  copy_event(buf, slot->payload, n);
+  if ((flags & FI_PEEK) == 0) ring_.consume(1);
+  return n;
+}
+
+void EventQueue::fill_error(const Slot& slot, fi_eq_err_entry* entry) {
+  ErrorHeader h;
+  std::memcpy(&h, slot.payload, sizeof(h));
+  entry->fid = h.fid;
+  entry->context = h.context;
+  entry->data = h.data;
+  entry->err = h.err;
+  entry->prov_errno = h.prov_errno;
+  const unsigned char* data = slot.payload + sizeof(h);
+  const size_t size = slot.len;
+  if (!provider_owned_err_data_ && entry->err_data != nullptr && entry->err_data_size > 0) {
+    const size_t n = std::min(size, entry->err_data_size);
+    if (n > 0) std::memcpy(entry->err_data, data, n);
+    entry->err_data_size = n;
+  } else {
+    if (size > 0) std::memcpy(err_buf_, data, size);
+    entry->err_data = size > 0 ? err_buf_ : nullptr;
+    entry->err_data_size = size;
+  }
+}
+
+Result<size_t> EventQueue::read_error(fi_eq_err_entry* entry, uint64_t flags) {
+  if (entry == nullptr) return Code::kInval;
+  std::lock_guard lock(read_lock_);
+  const uint64_t head = ring_.head();
+  bool is_error = false;
+  const Slot* slot = ring_.peek(head, &is_error);
+  if (slot != nullptr) {
+    if (!is_error) return Code::kAgain;
+    fill_error(*slot, entry);
+    if ((flags & FI_PEEK) == 0) ring_.consume(1);
+    return sizeof(fi_eq_err_entry);
+  }
+  if (!overrun() || ring_.claimed() != 0) return Code::kAgain;
+  entry->fid = owner_;
+  entry->context = nullptr;
+  entry->data = 0;
+  entry->err = FI_EOVERRUN;
+  entry->prov_errno = 0;
+  if (provider_owned_err_data_ || entry->err_data == nullptr || entry->err_data_size == 0) {
+    entry->err_data = nullptr;
+  }
+  entry->err_data_size = 0;
+  return sizeof(fi_eq_err_entry);
+}
+
+Result<size_t> EventQueue::sread(uint32_t* event, void* buf, size_t len, int timeout_ms,
+                                 uint64_t flags) {
+  if (wait_kind_ == WaitKind::kNone || wait_kind_ == WaitKind::kSet) return Code::kNoSys;
+  const Deadline deadline = Deadline::from_timeout_ms(timeout_ms);
+  for (;;) {
+    Result<size_t> r = read(event, buf, len, flags);
+    if (r.status().code() != Code::kAgain) return r;
+    const Status s = wait_until(gate_, 0, deadline, spin_ns_, [this] { return readable(); });
+    if (!s.ok()) return read(event, buf, len, flags);  // timeout or signal: last look
+  }
+}
+
+Status EventQueue::try_wait() {
+  WaitObject* obj = gate_.object();
+  if (obj == nullptr) return Code::kNoSys;
+  // Order matters: quiet the fd first, then arm, then look. A write that lands after the look
+  // sees the arm and makes the fd readable again; one that lands before is seen by the look.
+  obj->quiet();
+  gate_.arm_external();
+  return readable() ? Status(Code::kAgain) : OkStatus();
+}
+
+}  // namespace fabq::core

@@ -1,0 +1,9 @@
+// Subcommands of the fabq tool. Each takes the arguments after the tool's name (argv[0] is
+// the subcommand) and returns the process exit status.
+#pragma once
+
+namespace fabq::tools {
+
+int run_demo(int argc, char** argv);
+
+}  // namespace fabq::tools

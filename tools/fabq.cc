@@ -1,0 +1,40 @@
+// fabq: the command-line tool. Subcommands grow with the project; today: demo.
+#include <cstdio>
+#include <cstring>
+
+#include "fabq/version.h"
+#include "tools/commands.h"
+
+namespace {
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: fabq <command>\n"
+               "\n"
+               "commands:\n"
+               "  demo      show the core event and completion queue engine at work\n"
+               "  version   print the fabq version\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char* cmd = argv[1];
+  if (std::strcmp(cmd, "demo") == 0) return fabq::tools::run_demo(argc - 1, argv + 1);
+  if (std::strcmp(cmd, "version") == 0) {
+    std::printf("fabq %s\n", FABQ_VERSION_STRING);
+    return 0;
+  }
+  if (std::strcmp(cmd, "-h") == 0 || std::strcmp(cmd, "--help") == 0 ||
+      std::strcmp(cmd, "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "fabq: unknown command '%s'\n", cmd);
+  usage(stderr);
+  return 2;
+}
