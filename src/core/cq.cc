@@ -37,7 +37,7 @@ void store_entry(CqFormat format, const Completion& c, unsigned char* out) {
 
 }  // namespace
 
-Result<CqFormat> cq_format_from_fi(enum fi_cq_format format) {
+Result<CqFormat> cq_format_from_fi(int format) {
   switch (format) {
     case FI_CQ_FORMAT_UNSPEC:
     case FI_CQ_FORMAT_CONTEXT:
@@ -70,13 +70,15 @@ Result<std::unique_ptr<CompletionQueue>> CompletionQueue::create(const CqConfig&
   if (config.size == 0 || config.size > kMaxCqSlots) return Code::kInval;
   std::unique_ptr<WaitObject> own;
   if (config.wait == WaitKind::kSet) {
-    if (config.external_wait == nullptr) return Code::kInval;
+    if (config.wait_set == nullptr) return Code::kInval;
   } else if (config.wait != WaitKind::kNone) {
     auto w = WaitObject::create(config.wait);
     if (!w.ok()) return w.status();
     own = std::move(w.value());
   }
-  return std::unique_ptr<CompletionQueue>(new CompletionQueue(config, std::move(own)));
+  std::unique_ptr<CompletionQueue> q(new CompletionQueue(config, std::move(own)));
+  if (q->wait_set_ != nullptr) q->wait_set_->add(q.get());
+  return q;
 }
 
 CompletionQueue::CompletionQueue(const CqConfig& config, std::unique_ptr<WaitObject> own_wait)
@@ -88,7 +90,13 @@ CompletionQueue::CompletionQueue(const CqConfig& config, std::unique_ptr<WaitObj
       provider_owned_err_data_(config.provider_owned_err_data),
       spin_ns_(config.spin_ns),
       own_wait_(std::move(own_wait)),
-      gate_(own_wait_ ? own_wait_.get() : config.external_wait) {}
+      wait_set_(config.wait == WaitKind::kSet ? config.wait_set : nullptr),
+      own_gate_(own_wait_.get()),
+      gate_(wait_set_ != nullptr ? wait_set_->gate() : &own_gate_) {}
+
+CompletionQueue::~CompletionQueue() {
+  if (wait_set_ != nullptr) wait_set_->remove(this);
+}
 
 Status CompletionQueue::reserve(size_t n) {
   if (overrun()) return Code::kOverrun;
@@ -123,7 +131,7 @@ void CompletionQueue::complete(const Completion& c) {
   const uint64_t pos = claim_reserved();
   ring_.at(pos).c = c;
   ring_.publish(pos, /*tag=error*/ false);
-  gate_.notify(pos + 1);
+  gate_->notify(pos + 1);
 }
 
 void CompletionQueue::complete_error(const CompletionError& e) {
@@ -140,9 +148,9 @@ void CompletionQueue::complete_error(const CompletionError& e) {
   const size_t n = e.err_data != nullptr ? std::min(e.err_data_size, kCqMaxErrData) : 0;
   slot.err_data_size = static_cast<uint32_t>(n);
   if (n > 0) std::memcpy(slot.err_data, e.err_data, n);
-  errors_queued_.fetch_add(1, std::memory_order_release);
+  errors_queued_.fetch_add(1, std::memory_order_seq_cst);
   ring_.publish(pos, /*tag=error*/ true);
-  gate_.notify_all();
+  gate_->notify_all();
 }
 
 Status CompletionQueue::write(const Completion& c) {
@@ -158,8 +166,8 @@ Status CompletionQueue::write_error(const CompletionError& e) {
 }
 
 void CompletionQueue::enter_overrun() {
-  overrun_.store(true, std::memory_order_release);
-  gate_.notify_all();
+  overrun_.store(true, std::memory_order_seq_cst);
+  gate_->notify_all();
 }
 
 Result<size_t> CompletionQueue::read_locked(void* buf, size_t count, fi_addr_t* src_addr,
@@ -249,10 +257,12 @@ Result<size_t> CompletionQueue::sread(void* buf, size_t count, fi_addr_t* src_ad
   const size_t want = std::max<size_t>(1, std::min({threshold, count, capacity()}));
   const Deadline deadline = Deadline::from_timeout_ms(timeout_ms);
 
-  // A signal nobody has answered yet makes this call return at once.
-  uint64_t seen = signals_.load(std::memory_order_acquire);
-  const bool pending_signal = seen != signals_seen_.load(std::memory_order_relaxed);
-  if (pending_signal) signals_seen_.store(seen, std::memory_order_relaxed);
+  // A signal nobody has answered yet makes this call return at once. Claiming it is one CAS,
+  // so of several sreads starting together exactly one answers it.
+  const uint64_t seen = signals_.load(std::memory_order_seq_cst);
+  uint64_t answered = signals_seen_.load(std::memory_order_relaxed);
+  const bool pending_signal =
+      seen != answered && signals_seen_.compare_exchange_strong(answered, seen);
 
   for (;;) {
     {
@@ -262,14 +272,17 @@ Result<size_t> CompletionQueue::sread(void* buf, size_t count, fi_addr_t* src_ad
       if (r.status().code() != Code::kAgain || give_up) return r;
     }
     const uint64_t wake_at = ring_.head() + want;
-    const Status s = wait_until(gate_, wake_at, deadline, spin_ns_, [&] {
-      return ring_.claimed() >= want || errors_queued_.load(std::memory_order_acquire) != 0 ||
+    const Status s = wait_until(*gate_, wake_at, deadline, spin_ns_, [&] {
+      return ring_.claimed() >= want || errors_queued_.load(std::memory_order_seq_cst) != 0 ||
              overrun() || signalled_since(seen);
     });
-    const uint64_t now = signals_.load(std::memory_order_acquire);
+    const uint64_t now = signals_.load(std::memory_order_seq_cst);
     if (now != seen) {
-      // Answer the signal: every sleeper that saw it returns.
-      signals_seen_.store(now, std::memory_order_relaxed);
+      // Answer the signal: every sleeper that saw it returns. Only ever move the answered
+      // count forward, so an older answer cannot make a signal pending again.
+      uint64_t prev = signals_seen_.load(std::memory_order_relaxed);
+      while (prev < now && !signals_seen_.compare_exchange_weak(prev, now)) {
+      }
       std::lock_guard lock(read_lock_);
       return read_locked(buf, count, src_addr, 0);
     }
@@ -282,16 +295,16 @@ Result<size_t> CompletionQueue::sread(void* buf, size_t count, fi_addr_t* src_ad
 
 Status CompletionQueue::signal() {
   if (wait_kind_ == WaitKind::kNone) return Code::kNoSys;
-  signals_.fetch_add(1, std::memory_order_acq_rel);
-  gate_.notify_all();
+  signals_.fetch_add(1, std::memory_order_seq_cst);
+  gate_->notify_all();
   return OkStatus();
 }
 
 Status CompletionQueue::try_wait() {
-  WaitObject* obj = gate_.object();
+  WaitObject* obj = gate_->object();
   if (obj == nullptr) return Code::kNoSys;
   obj->quiet();
-  gate_.arm_external();
+  gate_->arm_external();
   const bool readable = ring_.claimed() != 0 || overrun();
   return readable ? Status(Code::kAgain) : OkStatus();
 }

@@ -45,6 +45,7 @@
 #include "core/spinlock.h"
 #include "core/status.h"
 #include "core/wait.h"
+#include "core/wait_set.h"
 
 namespace fabq::core {
 
@@ -53,7 +54,8 @@ inline constexpr size_t kCqMaxErrData = 40;
 enum class CqFormat { kContext, kMsg, kData, kTagged };
 
 // FI_CQ_FORMAT_* -> CqFormat (UNSPEC -> kContext, the provider default); kInval otherwise.
-Result<CqFormat> cq_format_from_fi(enum fi_cq_format format);
+// Takes an int so that callers can pass whatever an application stored in the field.
+Result<CqFormat> cq_format_from_fi(int format);
 // Bytes one entry of `format` occupies in the caller's buffer.
 size_t cq_entry_size(CqFormat format);
 
@@ -82,19 +84,20 @@ struct CqConfig {
   WaitKind wait = WaitKind::kNone;
   bool provider_owned_err_data = false;  // API < 1.5
   int64_t spin_ns = kDefaultSpinNs;
-  WaitObject* external_wait = nullptr;  // for kSet; not owned
+  WaitSet* wait_set = nullptr;  // for kSet; not owned, must outlive the queue
 };
 
-class CompletionQueue {
+class CompletionQueue final : public WaitSetMember {
  public:
   static Result<std::unique_ptr<CompletionQueue>> create(const CqConfig& config);
+  ~CompletionQueue() override;
   CompletionQueue(const CompletionQueue&) = delete;
   CompletionQueue& operator=(const CompletionQueue&) = delete;
 
   size_t capacity() const { return ring_.capacity(); }
   CqFormat format() const { return format_; }
   WaitKind wait_kind() const { return wait_kind_; }
-  WaitObject* wait_object() const { return gate_.object(); }
+  WaitObject* wait_object() const { return gate_->object(); }
 
   // Producers.
   // kAgain when fewer than n credits are free; kOverrun once overrun.
@@ -120,10 +123,16 @@ class CompletionQueue {
   // fi_trywait: as EventQueue::try_wait().
   Status try_wait();
 
-  bool overrun() const { return overrun_.load(std::memory_order_acquire); }
+  // seq_cst: waiters look at it after announcing themselves on the gate (see wait.h).
+  bool overrun() const { return overrun_.load(std::memory_order_seq_cst); }
   size_t pending() const { return static_cast<size_t>(ring_.claimed()); }
   // Free credits (capacity minus stored minus reserved). A hint.
   int64_t free_credits() const { return credits_.load(std::memory_order_relaxed); }
+
+  // WaitSetMember.
+  bool has_entries() const override { return ring_.claimed() != 0 || overrun(); }
+  uint64_t change_count() const override { return 0; }
+  bool take_poll_event() override { return has_entries(); }
 
  private:
   struct alignas(kCacheLine) Slot {
@@ -142,7 +151,7 @@ class CompletionQueue {
   uint64_t claim_reserved();
   Result<size_t> read_locked(void* buf, size_t count, fi_addr_t* src_addr, size_t min_ready);
   bool signalled_since(uint64_t seen) const {
-    return signals_.load(std::memory_order_acquire) != seen;
+    return signals_.load(std::memory_order_seq_cst) != seen;
   }
 
   BoundedRing<Slot> ring_;
@@ -158,7 +167,9 @@ class CompletionQueue {
   const bool provider_owned_err_data_;
   const int64_t spin_ns_;
   std::unique_ptr<WaitObject> own_wait_;
-  WaitGate gate_;
+  WaitSet* const wait_set_;
+  WaitGate own_gate_;
+  WaitGate* const gate_;                  // own_gate_, or the wait set's
   unsigned char err_buf_[kCqMaxErrData];  // provider-owned err_data; guarded by read_lock_
 };
 

@@ -35,13 +35,15 @@ Result<std::unique_ptr<EventQueue>> EventQueue::create(const EqConfig& config) {
   if (config.size == 0 || config.size > kMaxEqSlots) return Code::kInval;
   std::unique_ptr<WaitObject> own;
   if (config.wait == WaitKind::kSet) {
-    if (config.external_wait == nullptr) return Code::kInval;
+    if (config.wait_set == nullptr) return Code::kInval;
   } else if (config.wait != WaitKind::kNone) {
     auto w = WaitObject::create(config.wait);
     if (!w.ok()) return w.status();
     own = std::move(w.value());
   }
-  return std::unique_ptr<EventQueue>(new EventQueue(config, std::move(own)));
+  std::unique_ptr<EventQueue> q(new EventQueue(config, std::move(own)));
+  if (q->wait_set_ != nullptr) q->wait_set_->add(q.get());
+  return q;
 }
 
 EventQueue::EventQueue(const EqConfig& config, std::unique_ptr<WaitObject> own_wait)
@@ -51,15 +53,21 @@ EventQueue::EventQueue(const EqConfig& config, std::unique_ptr<WaitObject> own_w
       spin_ns_(config.spin_ns),
       owner_(config.owner),
       own_wait_(std::move(own_wait)),
-      gate_(own_wait_ ? own_wait_.get() : config.external_wait) {}
+      wait_set_(config.wait == WaitKind::kSet ? config.wait_set : nullptr),
+      own_gate_(own_wait_.get()),
+      gate_(wait_set_ != nullptr ? wait_set_->gate() : &own_gate_) {}
+
+EventQueue::~EventQueue() {
+  if (wait_set_ != nullptr) wait_set_->remove(this);
+}
 
 Status EventQueue::claim_for_write(uint64_t* pos) {
   if (overrun()) return Code::kOverrun;
   auto claimed = ring_.claim();
   if (!claimed) {
-    overrun_.store(true, std::memory_order_release);
+    overrun_.store(true, std::memory_order_seq_cst);
     // Readers blocked on an empty-looking queue must learn about the overrun entry.
-    gate_.notify_all();
+    gate_->notify_all();
     return Code::kOverrun;
   }
   *pos = *claimed;
@@ -75,7 +83,7 @@ Result<size_t> EventQueue::write(uint32_t event, const void* buf, size_t len) {
   slot.len = static_cast<uint32_t>(len);
   copy_event(slot.payload, buf, len);
   ring_.publish(pos, /*tag=error*/ false);
-  gate_.notify(pos + 1);
+  gate_->notify(pos + 1);
   return len;
 }
 
@@ -95,7 +103,7 @@ Status EventQueue::write_error(const EqError& error) {
     std::memcpy(slot.payload + sizeof(h), error.err_data, error.err_data_size);
   }
   ring_.publish(pos, /*tag=error*/ true);
-  gate_.notify_all();
+  gate_->notify_all();
   return OkStatus();
 }
 
@@ -170,18 +178,18 @@ Result<size_t> EventQueue::sread(uint32_t* event, void* buf, size_t len, int tim
   for (;;) {
     Result<size_t> r = read(event, buf, len, flags);
     if (r.status().code() != Code::kAgain) return r;
-    const Status s = wait_until(gate_, 0, deadline, spin_ns_, [this] { return readable(); });
+    const Status s = wait_until(*gate_, 0, deadline, spin_ns_, [this] { return readable(); });
     if (!s.ok()) return read(event, buf, len, flags);  // timeout or signal: last look
   }
 }
 
 Status EventQueue::try_wait() {
-  WaitObject* obj = gate_.object();
+  WaitObject* obj = gate_->object();
   if (obj == nullptr) return Code::kNoSys;
   // Order matters: quiet the fd first, then arm, then look. A write that lands after the look
   // sees the arm and makes the fd readable again; one that lands before is seen by the look.
   obj->quiet();
-  gate_.arm_external();
+  gate_->arm_external();
   return readable() ? Status(Code::kAgain) : OkStatus();
 }
 

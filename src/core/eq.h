@@ -38,6 +38,7 @@
 #include "core/spinlock.h"
 #include "core/status.h"
 #include "core/wait.h"
+#include "core/wait_set.h"
 
 namespace fabq::core {
 
@@ -52,8 +53,8 @@ struct EqConfig {
   // Set when the application asked for API < 1.5: err_data is always provider-owned.
   bool provider_owned_err_data = false;
   int64_t spin_ns = kDefaultSpinNs;
-  // For kSet: the wait set's object (not owned; must outlive the queue).
-  WaitObject* external_wait = nullptr;
+  // For kSet: the wait set to signal (not owned; must outlive the queue).
+  WaitSet* wait_set = nullptr;
   // fid reported in the FI_EOVERRUN error entry (the EQ's own fid, if it has one).
   fid_t owner = nullptr;
 };
@@ -69,18 +70,19 @@ struct EqError {
   size_t err_data_size = 0;
 };
 
-class EventQueue {
+class EventQueue final : public WaitSetMember {
  public:
   // kInval for size 0 or a size that does not fit in memory; kIo/kNoSpace if the wait object
   // cannot be made.
   static Result<std::unique_ptr<EventQueue>> create(const EqConfig& config);
+  ~EventQueue() override;
   EventQueue(const EventQueue&) = delete;
   EventQueue& operator=(const EventQueue&) = delete;
 
   size_t capacity() const { return ring_.capacity(); }
   WaitKind wait_kind() const { return wait_kind_; }
   // The wait object behind FI_GETWAIT (null for kNone; the set's object for kSet).
-  WaitObject* wait_object() const { return gate_.object(); }
+  WaitObject* wait_object() const { return gate_->object(); }
 
   // Producers. write() returns len; kInval if len > kEqMaxEventSize or buf is null with len > 0;
   // kOverrun when full or already overrun.
@@ -101,9 +103,18 @@ class EventQueue {
   // condition unsignalled) until the next event. kNoSys for kNone.
   Status try_wait();
 
-  bool overrun() const { return overrun_.load(std::memory_order_acquire); }
+  // seq_cst: waiters look at it after announcing themselves on the gate (see wait.h).
+  bool overrun() const { return overrun_.load(std::memory_order_seq_cst); }
   // Events stored and not yet consumed (including claimed, unpublished ones). A hint.
   size_t pending() const { return static_cast<size_t>(ring_.claimed()); }
+  // The fid reported in the FI_EOVERRUN entry, when it is only known after create(). Call
+  // before the queue is shared.
+  void set_owner(fid_t owner) { owner_ = owner; }
+
+  // WaitSetMember.
+  bool has_entries() const override { return readable(); }
+  uint64_t change_count() const override { return 0; }
+  bool take_poll_event() override { return readable(); }
 
  private:
   struct alignas(kCacheLine) Slot {
@@ -125,9 +136,11 @@ class EventQueue {
   const WaitKind wait_kind_;
   const bool provider_owned_err_data_;
   const int64_t spin_ns_;
-  const fid_t owner_;
+  fid_t owner_;
   std::unique_ptr<WaitObject> own_wait_;
-  WaitGate gate_;
+  WaitSet* const wait_set_;
+  WaitGate own_gate_;
+  WaitGate* const gate_;                  // own_gate_, or the wait set's
   unsigned char err_buf_[kEqMaxErrData];  // provider-owned err_data; guarded by read_lock_
 };
 

@@ -25,7 +25,8 @@
 //     (seq_cst RMW on its gate) and then loads tail_ (seq_cst) either sees the claim or is seen
 //     by the producer's later seq_cst load of the gate (see wait.h).
 //   - claim() loads head_ with acquire: the consumer's reads of a slot happen before a producer
-//     reuses it (consume() stores head_ with release).
+//     reuses it (consume() stores head_ with release). cached_head_ passes such a head on to
+//     other producers, so it is stored with release and loaded with acquire too.
 //   - publish() stores seq with release; peek() loads it with acquire: the payload written
 //     before publish() is visible to the consumer that sees the seq.
 #pragma once
@@ -68,12 +69,12 @@ class BoundedRing {
   std::optional<uint64_t> claim() {
     uint64_t pos = tail_.load(std::memory_order_relaxed);
     for (;;) {
-      uint64_t head = cached_head_.load(std::memory_order_relaxed);
+      uint64_t head = cached_head_.load(std::memory_order_acquire);
       if (pos - head >= capacity_) {
         head = head_.load(std::memory_order_acquire);
         // Racing producers may store an older head here; it is never newer than the real one,
         // so the worst case is one more reload.
-        cached_head_.store(head, std::memory_order_relaxed);
+        cached_head_.store(head, std::memory_order_release);
         if (pos - head >= capacity_) {
           const uint64_t now = tail_.load(std::memory_order_relaxed);
           if (now == pos) return std::nullopt;
@@ -120,9 +121,10 @@ class BoundedRing {
 
   // Any thread: number of claimed slots not yet consumed (published or not). seq_cst so that
   // wait gates can pair it with their own seq_cst announcement.
+  // Head first: the tail read after it can only be >= it, so the difference never wraps.
   uint64_t claimed() const {
-    const uint64_t tail = tail_.load(std::memory_order_seq_cst);
-    return tail - head_.load(std::memory_order_acquire);
+    const uint64_t head = head_.load(std::memory_order_acquire);
+    return tail_.load(std::memory_order_seq_cst) - head;
   }
 
  private:

@@ -32,6 +32,7 @@ enum class Code : int {
   kBadFlags = FI_EBADFLAGS,  // flags not supported
   kIntr = FI_EINTR,          // interrupted by a signal
   kIo = FI_EIO,              // an operating-system call failed
+  kTimedOut = FI_ETIMEDOUT,  // a wait that reports timeouts as errors (fi_cntr_wait)
 };
 
 class [[nodiscard]] Status {

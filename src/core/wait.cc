@@ -18,7 +18,7 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ts
 
 }  // namespace
 
-Result<WaitKind> wait_kind_from_fi(enum fi_wait_obj obj) {
+Result<WaitKind> wait_kind_from_fi(int obj) {
   switch (obj) {
     case FI_WAIT_NONE:
       return WaitKind::kNone;

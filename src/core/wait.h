@@ -48,8 +48,9 @@ namespace fabq::core {
 
 enum class WaitKind { kNone, kUnspec, kFd, kPollFd, kMutexCond, kYield, kSet };
 
-// FI_WAIT_* -> WaitKind; kInval for values libfabric does not define.
-Result<WaitKind> wait_kind_from_fi(enum fi_wait_obj obj);
+// FI_WAIT_* -> WaitKind; kInval for values libfabric does not define. Takes an int so that
+// callers can pass whatever an application stored in the field.
+Result<WaitKind> wait_kind_from_fi(int obj);
 enum fi_wait_obj wait_kind_to_fi(WaitKind kind);
 const char* wait_kind_name(WaitKind kind);
 
