@@ -1,0 +1,48 @@
+// fabq provider: completion queues (fi_cq(3)) on core::CompletionQueue.
+//
+// Validation at open: attr/cq not null (-FI_EINVAL); flags other than FI_AFFINITY
+// (-FI_EBADFLAGS); size above FI_FABQ_CQ_MAX_SIZE, an unknown format, wait object or wait
+// condition, or FI_WAIT_SET without a fabq wait set (-FI_EINVAL); the domain's cq_cnt CQs
+// already open (-FI_ENOSPC). size 0 means FI_FABQ_CQ_DEFAULT_SIZE; FI_CQ_FORMAT_UNSPEC means
+// FI_CQ_FORMAT_CONTEXT.
+//
+// fi_cq_sread with FI_CQ_COND_THRESHOLD reads `cond` as a size_t threshold: (size_t)cond.
+// fi_cq_signal on FI_WAIT_NONE: -FI_ENOSYS. fi_close while bound: -FI_EBUSY.
+#pragma once
+
+#include <rdma/fi_domain.h>
+#include <rdma/fi_eq.h>
+
+#include <memory>
+
+#include "core/cq.h"
+#include "prov/object.h"
+
+namespace fabq::prov {
+
+class Domain;
+class WaitSet;
+
+class Cq final : public Object {
+ public:
+  static Cq* from_fid(const fid* f);
+
+  Cq(Domain* domain, const fi_cq_attr& attr, WaitSet* wait_set,
+     std::unique_ptr<core::CompletionQueue> queue, void* context);
+  ~Cq() override;
+  fid_cq* handle() { return &box_.fid; }
+  core::CompletionQueue& queue() { return *queue_; }
+
+ private:
+  friend struct CqOps;
+  FidBox<fid_cq> box_;
+  Domain* const domain_;
+  WaitSet* const wait_set_;
+  const bool threshold_cond_;
+  const bool legacy_err_data_;
+  std::unique_ptr<core::CompletionQueue> queue_;
+};
+
+int open_cq(fid_domain* domain, fi_cq_attr* attr, fid_cq** cq, void* context);
+
+}  // namespace fabq::prov

@@ -1,0 +1,106 @@
+#include "prov/fabric.h"
+
+#include "prov/cntr.h"
+#include "prov/cq.h"
+#include "prov/domain.h"
+#include "prov/eq.h"
+#include "prov/getinfo.h"
+#include "prov/noop.h"
+#include "prov/provider.h"
+#include "prov/wait_set.h"
+
+namespace fabq::prov {
+
+struct FabricOps {
+  static int close(fid* f) {
+    Fabric* fabric = Fabric::from_fid(f);
+    if (fabric == nullptr) return -FI_EINVAL;
+    if (fabric->busy()) return -FI_EBUSY;
+    delete fabric;
+    return 0;
+  }
+
+  // fi_trywait(3): 0 when every object is quiet and armed, -FI_EAGAIN as soon as one has
+  // something to read. Objects without a wait object: -FI_ENOSYS; foreign fids: -FI_EINVAL.
+  static int trywait(fid_fabric* f, fid** fids, int count) {
+    if (Fabric::from_fid(f != nullptr ? &f->fid : nullptr) == nullptr) return -FI_EINVAL;
+    if (count < 0 || (count > 0 && fids == nullptr)) return -FI_EINVAL;
+    for (int i = 0; i < count; ++i) {
+      core::Status s;
+      if (Eq* eq = Eq::from_fid(fids[i])) {
+        s = eq->queue().try_wait();
+      } else if (Cq* cq = Cq::from_fid(fids[i])) {
+        s = cq->queue().try_wait();
+      } else if (Cntr* c = Cntr::from_fid(fids[i])) {
+        s = c->counter().try_wait();
+      } else if (WaitSet* w = WaitSet::from_fid(fids[i])) {
+        s = w->core().try_wait();
+      } else {
+        return -FI_EINVAL;
+      }
+      if (!s.ok()) return s.to_fi();
+    }
+    return 0;
+  }
+
+  static int domain2(fid_fabric* f, fi_info* info, fid_domain** dom, uint64_t flags,
+                     void* context) {
+    if (dom != nullptr) *dom = nullptr;
+    if (flags != 0) return -FI_EBADFLAGS;
+    return open_domain(f, info, dom, context);
+  }
+
+  static inline fi_ops fi_ops_ = {
+      .size = sizeof(fi_ops),
+      .close = close,
+      .bind = no_bind,
+      .control = no_control,
+      .ops_open = no_ops_open,
+      .tostr = no_tostr,
+      .ops_set = no_ops_set,
+  };
+  static inline fi_ops_fabric fabric_ops_ = {
+      .size = sizeof(fi_ops_fabric),
+      .domain = open_domain,
+      .passive_ep = enosys<fid_fabric*, fi_info*, fid_pep**, void*>,
+      .eq_open = open_eq,
+      .wait_open = open_wait_set,
+      .trywait = trywait,
+      .domain2 = domain2,
+  };
+};
+
+Fabric* Fabric::from_fid(const fid* f) {
+  return Object::from<Fabric, fid_fabric>(f, FI_CLASS_FABRIC, &FabricOps::fi_ops_);
+}
+
+Fabric::Fabric(const fi_fabric_attr& attr, void* context)
+    : Object(FI_CLASS_FABRIC, nullptr), name_(attr.name), api_version_(attr.api_version) {
+  init_fid(&box_.fid.fid, FI_CLASS_FABRIC, context, &FabricOps::fi_ops_);
+  box_.fid.ops = &FabricOps::fabric_ops_;
+  box_.fid.api_version = attr.api_version;
+  box_.owner = this;
+}
+
+bool Fabric::acquire_eq_slot() {
+  if (eqs_.fetch_add(1, std::memory_order_relaxed) >= params().eq_max_count) {
+    eqs_.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
+
+int open_fabric(fi_fabric_attr* attr, fid_fabric** out, void* context) {
+  if (out != nullptr) *out = nullptr;
+  if (attr == nullptr || out == nullptr || attr->name == nullptr) return -FI_EINVAL;
+  if (!fabric_exists(attr->name)) {
+    FABQ_WARN(FI_LOG_FABRIC, "fi_fabric: no fabric named %s\n", attr->name);
+    return -FI_ENODATA;
+  }
+  Fabric* fabric = make_object<Fabric>(*attr, context);
+  if (fabric == nullptr) return -FI_ENOMEM;
+  *out = fabric->handle();
+  return 0;
+}
+
+}  // namespace fabq::prov

@@ -1,0 +1,375 @@
+#include "prov/getinfo.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "core/cq.h"
+#include "core/unique_fd.h"
+#include "prov/object.h"
+#include "prov/provider.h"
+
+namespace fabq::prov {
+namespace {
+
+// What fabq provides. Endpoints come with the transport; these are the attributes it is
+// being built to.
+constexpr uint64_t kTxCaps = FI_MSG | FI_SEND;
+constexpr uint64_t kRxCaps = FI_MSG | FI_RECV;
+constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
+constexpr uint64_t kCaps = kTxCaps | kRxCaps | kDomainCaps;
+constexpr uint64_t kMsgOrder = FI_ORDER_SAS;
+constexpr uint64_t kCompOrder = FI_ORDER_NONE;
+constexpr uint64_t kTxOpFlags =
+    FI_COMPLETION | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
+constexpr uint64_t kRxOpFlags = FI_COMPLETION;
+constexpr size_t kInjectSize = 64;
+constexpr size_t kQueueDepth = 1024;
+constexpr size_t kIovLimit = 4;
+constexpr size_t kMaxMsgSize = size_t{1} << 30;
+constexpr size_t kEpCount = 1024;
+constexpr size_t kCqDataSize = 8;
+constexpr size_t kMrKeySize = 8;
+// The wire protocol is fabq's own.
+constexpr uint32_t kProtocol = FI_PROV_SPECIFIC | 1;
+constexpr uint32_t kProtocolVersion = 1;
+// OFI_CORE_PROV_ONLY: libfabric's flag for the core query of a utility provider.
+constexpr uint64_t kCoreProvOnly = 1ULL << 59;
+
+struct Iface {
+  std::string name;
+  in_addr addr;
+  std::string fabric;
+};
+
+std::string subnet_name(in_addr addr, in_addr mask) {
+  in_addr net{addr.s_addr & mask.s_addr};
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &net, buf, sizeof(buf));
+  return std::string(buf) + "/" + std::to_string(std::popcount(ntohl(mask.s_addr)));
+}
+
+std::vector<Iface> list_ifaces() {
+  std::vector<Iface> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || i->ifa_netmask == nullptr) {
+      continue;
+    }
+    const auto* a = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+    const auto* m = reinterpret_cast<const sockaddr_in*>(i->ifa_netmask);
+    out.push_back({i->ifa_name, a->sin_addr, subnet_name(a->sin_addr, m->sin_addr)});
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+bool subset(uint64_t want, uint64_t have) {
+  return (want & ~have) == 0;
+}
+
+// getaddrinfo for IPv4. nullopt when the name does not resolve.
+std::optional<sockaddr_in> resolve(const char* node, const char* service, bool passive,
+                                   uint64_t flags) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  if (passive) hints.ai_flags |= AI_PASSIVE;
+  if ((flags & FI_NUMERICHOST) != 0) hints.ai_flags |= AI_NUMERICHOST;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(node, service, &hints, &res) != 0 || res == nullptr) return std::nullopt;
+  sockaddr_in sin;
+  std::memcpy(&sin, res->ai_addr, sizeof(sin));
+  freeaddrinfo(res);
+  return sin;
+}
+
+// The local address the kernel would use to reach `dest`.
+std::optional<in_addr> route_source(const sockaddr_in& dest) {
+  core::UniqueFd fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return std::nullopt;
+  sockaddr_in probe = dest;
+  if (probe.sin_port == 0) probe.sin_port = htons(9);  // any port: UDP connect sends nothing
+  if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&probe), sizeof(probe)) != 0) {
+    return std::nullopt;
+  }
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) return std::nullopt;
+  return local.sin_addr;
+}
+
+std::optional<sockaddr_in> hint_addr(const void* addr, size_t len) {
+  if (addr == nullptr) return std::nullopt;
+  sockaddr_in sin{};
+  if (len < sizeof(sin)) return sockaddr_in{.sin_family = AF_UNSPEC};
+  std::memcpy(&sin, addr, sizeof(sin));
+  return sin;
+}
+
+void* dup_addr(const sockaddr_in& a, size_t* len) {
+  void* p = std::malloc(sizeof(a));
+  if (p != nullptr) std::memcpy(p, &a, sizeof(a));
+  *len = p != nullptr ? sizeof(a) : 0;
+  return p;
+}
+
+// Threading models fabq can honour: all of them (its objects are thread safe).
+bool threading_ok(int t) {
+  return t >= FI_THREAD_UNSPEC && t <= FI_THREAD_ENDPOINT;
+}
+
+bool progress_ok(int p) {
+  return p == FI_PROGRESS_UNSPEC || p == FI_PROGRESS_AUTO || p == FI_PROGRESS_MANUAL;
+}
+
+bool resource_mgmt_ok(int r) {
+  return r >= FI_RM_UNSPEC && r <= FI_RM_ENABLED;
+}
+
+bool av_type_ok(int a) {
+  return a >= FI_AV_UNSPEC && a <= FI_AV_TABLE;
+}
+
+bool tx_ok(const fi_tx_attr* h) {
+  if (h == nullptr) return true;
+  return subset(h->caps, kCaps) && subset(h->op_flags, kTxOpFlags) &&
+         subset(h->msg_order, kMsgOrder) && subset(h->comp_order, kCompOrder) &&
+         h->inject_size <= kInjectSize && h->size <= kQueueDepth && h->iov_limit <= kIovLimit &&
+         h->rma_iov_limit == 0;
+}
+
+bool rx_ok(const fi_rx_attr* h) {
+  if (h == nullptr) return true;
+  return subset(h->caps, kCaps) && subset(h->op_flags, kRxOpFlags) &&
+         subset(h->msg_order, kMsgOrder) && subset(h->comp_order, kCompOrder) &&
+         h->total_buffered_recv <= kMaxMsgSize && h->size <= kQueueDepth &&
+         h->iov_limit <= kIovLimit;
+}
+
+bool ep_ok(const fi_ep_attr* h) {
+  if (h == nullptr) return true;
+  const bool one_ctx = h->tx_ctx_cnt <= 1 && h->rx_ctx_cnt <= 1;
+  const int type = raw_enum(h->type);
+  return (type == FI_EP_UNSPEC || type == FI_EP_MSG) &&
+         (h->protocol == FI_PROTO_UNSPEC || h->protocol == kProtocol) &&
+         h->protocol_version <= kProtocolVersion && h->max_msg_size <= kMaxMsgSize &&
+         h->msg_prefix_size == 0 && h->max_order_raw_size == 0 && h->max_order_war_size == 0 &&
+         h->max_order_waw_size == 0 && one_ctx && h->auth_key_size == 0;
+}
+
+bool domain_ok(const fi_domain_attr* h, const Iface& iface) {
+  if (h == nullptr) return true;
+  const Params& p = params();
+  if (h->name != nullptr && iface.name != h->name) return false;
+  return threading_ok(raw_enum(h->threading)) && progress_ok(raw_enum(h->control_progress)) &&
+         progress_ok(raw_enum(h->data_progress)) && resource_mgmt_ok(raw_enum(h->resource_mgmt)) &&
+         av_type_ok(raw_enum(h->av_type)) && h->mr_key_size <= kMrKeySize &&
+         h->cq_data_size <= kCqDataSize && h->cq_cnt <= p.cq_max_count && h->ep_cnt <= kEpCount &&
+         h->tx_ctx_cnt <= kEpCount && h->rx_ctx_cnt <= kEpCount && h->max_ep_tx_ctx <= 1 &&
+         h->max_ep_rx_ctx <= 1 && h->max_ep_stx_ctx == 0 && h->max_ep_srx_ctx == 0 &&
+         h->cntr_cnt <= p.cntr_max_count && h->mr_iov_limit <= 1 && subset(h->caps, kDomainCaps) &&
+         h->auth_key_size == 0 && h->max_err_data <= core::kCqMaxErrData && h->mr_cnt == 0;
+}
+
+bool fabric_ok(const fi_fabric_attr* h, const Iface& iface) {
+  if (h == nullptr) return true;
+  if (h->name != nullptr && iface.fabric != h->name) return false;
+  return h->prov_name == nullptr || strcasecmp(h->prov_name, kProviderName) == 0;
+}
+
+// mr_mode fabq reports: it needs no registration mode bits. Old (< 1.5) callers speak in
+// FI_MR_BASIC / FI_MR_SCALABLE, where "no requirements" is FI_MR_SCALABLE.
+bool pick_mr_mode(uint32_t version, const fi_info* hints, int* out) {
+  const int asked = hints && hints->domain_attr ? hints->domain_attr->mr_mode : 0;
+  if (FI_VERSION_LT(version, FI_VERSION(1, 5))) {
+    if (asked == FI_MR_BASIC) return false;  // would promise basic-mode registration
+    *out = FI_MR_SCALABLE;
+    return true;
+  }
+  if (asked == FI_MR_BASIC) return false;
+  *out = asked == FI_MR_SCALABLE ? FI_MR_SCALABLE : 0;
+  return true;
+}
+
+fi_info* make_info(uint32_t version, const fi_info* hints, const Iface& iface,
+                   const std::optional<sockaddr_in>& src, const std::optional<sockaddr_in>& dest,
+                   int mr_mode) {
+  fi_info* info = fi_allocinfo();
+  if (info == nullptr) return nullptr;
+  const uint64_t asked_caps = hints != nullptr ? hints->caps : 0;
+  info->caps = asked_caps != 0 ? asked_caps : kCaps;
+  info->mode = 0;
+  info->addr_format = FI_SOCKADDR_IN;
+  sockaddr_in s{};
+  s.sin_family = AF_INET;
+  s.sin_addr = iface.addr;
+  if (src) s.sin_port = src->sin_port;
+  info->src_addr = dup_addr(s, &info->src_addrlen);
+  if (dest) info->dest_addr = dup_addr(*dest, &info->dest_addrlen);
+
+  fi_tx_attr* tx = info->tx_attr;
+  tx->caps = info->caps & (kTxCaps | FI_MSG);
+  tx->mode = 0;
+  tx->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
+  tx->msg_order = kMsgOrder;
+  tx->comp_order = kCompOrder;
+  tx->inject_size = kInjectSize;
+  tx->size = kQueueDepth;
+  tx->iov_limit = kIovLimit;
+  tx->rma_iov_limit = 0;
+
+  fi_rx_attr* rx = info->rx_attr;
+  rx->caps = info->caps & (kRxCaps | FI_MSG);
+  rx->mode = 0;
+  rx->op_flags = hints && hints->rx_attr ? hints->rx_attr->op_flags : 0;
+  rx->msg_order = kMsgOrder;
+  rx->comp_order = kCompOrder;
+  rx->total_buffered_recv = 0;
+  rx->size = kQueueDepth;
+  rx->iov_limit = kIovLimit;
+
+  fi_ep_attr* ep = info->ep_attr;
+  ep->type = FI_EP_MSG;
+  ep->protocol = kProtocol;
+  ep->protocol_version = kProtocolVersion;
+  ep->max_msg_size = kMaxMsgSize;
+  ep->msg_prefix_size = 0;
+  ep->tx_ctx_cnt = 1;
+  ep->rx_ctx_cnt = 1;
+
+  const Params& p = params();
+  const fi_domain_attr* hd = hints ? hints->domain_attr : nullptr;
+  fi_domain_attr* d = info->domain_attr;
+  d->name = strdup(iface.name.c_str());
+  d->threading = hd && hd->threading != FI_THREAD_UNSPEC ? hd->threading : FI_THREAD_SAFE;
+  d->control_progress =
+      hd && hd->control_progress == FI_PROGRESS_AUTO ? FI_PROGRESS_AUTO : FI_PROGRESS_MANUAL;
+  d->data_progress =
+      hd && hd->data_progress == FI_PROGRESS_AUTO ? FI_PROGRESS_AUTO : FI_PROGRESS_MANUAL;
+  d->resource_mgmt = hd && hd->resource_mgmt != FI_RM_UNSPEC ? hd->resource_mgmt : FI_RM_ENABLED;
+  d->av_type = hd ? hd->av_type : FI_AV_UNSPEC;
+  d->mr_mode = mr_mode;
+  d->mr_key_size = kMrKeySize;
+  d->cq_data_size = kCqDataSize;
+  d->cq_cnt = p.cq_max_count;
+  d->ep_cnt = kEpCount;
+  d->tx_ctx_cnt = kEpCount;
+  d->rx_ctx_cnt = kEpCount;
+  d->max_ep_tx_ctx = 1;
+  d->max_ep_rx_ctx = 1;
+  d->max_ep_stx_ctx = 0;
+  d->max_ep_srx_ctx = 0;
+  d->cntr_cnt = p.cntr_max_count;
+  d->mr_iov_limit = 1;
+  d->caps = kDomainCaps;
+  d->mode = 0;
+  d->max_err_data = core::kCqMaxErrData;
+  d->mr_cnt = 0;
+
+  fi_fabric_attr* f = info->fabric_attr;
+  f->name = strdup(iface.fabric.c_str());
+  f->prov_name = nullptr;  // libfabric fills in the provider's name
+  f->prov_version = kProviderVersion;
+  f->api_version = version;
+
+  if (d->name == nullptr || f->name == nullptr || info->src_addr == nullptr ||
+      (dest && info->dest_addr == nullptr)) {
+    fi_freeinfo(info);
+    return nullptr;
+  }
+  return info;
+}
+
+}  // namespace
+
+bool fabric_exists(const std::string& name) {
+  for (const Iface& i : list_ifaces()) {
+    if (i.fabric == name) return true;
+  }
+  return false;
+}
+
+bool domain_exists(const std::string& fabric, const std::string& domain) {
+  for (const Iface& i : list_ifaces()) {
+    if (i.fabric == fabric && i.name == domain) return true;
+  }
+  return false;
+}
+
+int getinfo(uint32_t version, const char* node, const char* service, uint64_t flags,
+            const fi_info* hints, fi_info** info) {
+  if (info == nullptr) return -FI_EINVAL;
+  *info = nullptr;
+  if ((flags & kCoreProvOnly) != 0) return -FI_ENODATA;
+  if (FI_VERSION_LT(kApiVersion, version)) return -FI_ENODATA;
+
+  if (hints != nullptr) {
+    if (!subset(hints->caps, kCaps)) return -FI_ENODATA;
+    if (hints->addr_format != FI_FORMAT_UNSPEC && hints->addr_format != FI_SOCKADDR &&
+        hints->addr_format != FI_SOCKADDR_IN) {
+      return -FI_ENODATA;
+    }
+    if (hints->nic != nullptr) return -FI_ENODATA;
+    if (!tx_ok(hints->tx_attr) || !rx_ok(hints->rx_attr) || !ep_ok(hints->ep_attr)) {
+      return -FI_ENODATA;
+    }
+  }
+  int mr_mode = 0;
+  if (!pick_mr_mode(version, hints, &mr_mode)) return -FI_ENODATA;
+
+  std::optional<sockaddr_in> src;
+  std::optional<sockaddr_in> dest;
+  if (node != nullptr || service != nullptr) {
+    const bool local = (flags & FI_SOURCE) != 0 || node == nullptr;
+    auto a = resolve(node, service, local, flags);
+    if (!a) return -FI_ENODATA;
+    (local ? src : dest) = a;
+  }
+  if (hints != nullptr) {
+    if (!src) src = hint_addr(hints->src_addr, hints->src_addrlen);
+    if (!dest) dest = hint_addr(hints->dest_addr, hints->dest_addrlen);
+    if ((src && src->sin_family != AF_INET) || (dest && dest->sin_family != AF_INET)) {
+      return -FI_ENODATA;
+    }
+  }
+  std::optional<in_addr> local_ip;
+  if (src && src->sin_addr.s_addr != htonl(INADDR_ANY)) {
+    local_ip = src->sin_addr;
+  } else if (dest) {
+    local_ip = route_source(*dest);
+  }
+
+  fi_info* head = nullptr;
+  fi_info** tail = &head;
+  for (const Iface& iface : list_ifaces()) {
+    if (local_ip && local_ip->s_addr != iface.addr.s_addr) continue;
+    if (hints != nullptr &&
+        (!domain_ok(hints->domain_attr, iface) || !fabric_ok(hints->fabric_attr, iface))) {
+      continue;
+    }
+    fi_info* one = make_info(version, hints, iface, src, dest, mr_mode);
+    if (one == nullptr) {
+      fi_freeinfo(head);
+      return -FI_ENOMEM;
+    }
+    *tail = one;
+    tail = &one->next;
+  }
+  if (head == nullptr) return -FI_ENODATA;
+  *info = head;
+  return 0;
+}
+
+}  // namespace fabq::prov

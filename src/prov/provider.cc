@@ -1,0 +1,73 @@
+#include "prov/provider.h"
+
+#include <algorithm>
+
+#include "prov/fabric.h"
+#include "prov/getinfo.h"
+
+namespace fabq::prov {
+namespace {
+
+Params g_params;
+
+// Sizes and counts must be positive; spin_us may be 0 (sleep at once).
+void define_and_read(const char* name, size_t* value, const char* help, bool allow_zero = false) {
+  fi_param_define(&g_provider, name, FI_PARAM_SIZE_T, "%s (default: %zu)", help, *value);
+  size_t v;
+  if (fi_param_get_size_t(&g_provider, name, &v) == FI_SUCCESS) {
+    if (v == 0 && !allow_zero) {
+      FABQ_WARN(FI_LOG_CORE, "FI_FABQ_%s=0 ignored; keeping %zu\n", name, *value);
+    } else {
+      *value = v;
+    }
+  }
+}
+
+void cleanup() {}
+
+}  // namespace
+
+const Params& params() {
+  return g_params;
+}
+
+fi_provider g_provider = {
+    .version = kProviderVersion,
+    .fi_version = kApiVersion,
+    .context = {},
+    .name = kProviderName,
+    .getinfo = getinfo,
+    .fabric = open_fabric,
+    .cleanup = cleanup,
+};
+
+}  // namespace fabq::prov
+
+extern "C" FI_EXT_INI {
+  using fabq::prov::define_and_read;
+  using fabq::prov::g_params;
+  static bool initialised = false;
+  if (initialised) return &fabq::prov::g_provider;
+  initialised = true;
+  define_and_read("eq_max_size", &g_params.eq_max_size,
+                  "Largest event queue size fi_eq_open accepts (larger: -FI_EINVAL)");
+  define_and_read("eq_max_count", &g_params.eq_max_count,
+                  "Most event queues open at once on one fabric (more: -FI_ENOSPC)");
+  define_and_read("eq_default_size", &g_params.eq_default_size,
+                  "Event queue size used when fi_eq_attr.size is 0");
+  define_and_read("cq_max_size", &g_params.cq_max_size,
+                  "Largest completion queue size fi_cq_open accepts (larger: -FI_EINVAL)");
+  define_and_read("cq_max_count", &g_params.cq_max_count,
+                  "Most completion queues open at once on one domain (domain_attr.cq_cnt)");
+  define_and_read("cq_default_size", &g_params.cq_default_size,
+                  "Completion queue size used when fi_cq_attr.size is 0");
+  define_and_read("cntr_max_count", &g_params.cntr_max_count,
+                  "Most counters open at once on one domain (domain_attr.cntr_cnt)");
+  define_and_read("spin_us", &g_params.spin_us,
+                  "Microseconds a blocking read spins before it sleeps (FI_WAIT_UNSPEC, FD, "
+                  "POLLFD, MUTEX_COND)",
+                  /*allow_zero=*/true);
+  g_params.eq_default_size = std::min(g_params.eq_default_size, g_params.eq_max_size);
+  g_params.cq_default_size = std::min(g_params.cq_default_size, g_params.cq_max_size);
+  return &fabq::prov::g_provider;
+}

@@ -1,0 +1,42 @@
+// fabq provider: the provider descriptor, its parameters and logging.
+//
+// fi_prov_ini() (provider.cc) defines the parameters with fi_param_define, so `fi_info -e`
+// lists them as FI_FABQ_*, reads them once, and returns `g_provider`. Every other file reads
+// the parameters through params(), which is immutable after initialisation and so safe from
+// any thread.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/providers/fi_log.h>
+#include <rdma/providers/fi_prov.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fabq::prov {
+
+extern fi_provider g_provider;
+
+inline constexpr const char* kProviderName = "fabq";
+inline constexpr uint32_t kProviderVersion = FI_VERSION(0, 1);
+// The libfabric API version fabq implements: the installed headers'.
+inline constexpr uint32_t kApiVersion = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
+
+struct Params {
+  size_t eq_max_size = 65536;     // FI_FABQ_EQ_MAX_SIZE
+  size_t eq_max_count = 256;      // FI_FABQ_EQ_MAX_COUNT (per fabric)
+  size_t eq_default_size = 1024;  // FI_FABQ_EQ_DEFAULT_SIZE
+  size_t cq_max_size = 65536;     // FI_FABQ_CQ_MAX_SIZE
+  size_t cq_max_count = 256;      // FI_FABQ_CQ_MAX_COUNT (per domain; domain_attr->cq_cnt)
+  size_t cq_default_size = 1024;  // FI_FABQ_CQ_DEFAULT_SIZE
+  size_t cntr_max_count = 256;    // FI_FABQ_CNTR_MAX_COUNT (per domain; domain_attr->cntr_cnt)
+  size_t spin_us = 20;            // FI_FABQ_SPIN_US: how long blocking calls spin first
+};
+
+const Params& params();
+
+}  // namespace fabq::prov
+
+#define FABQ_WARN(subsys, ...) FI_WARN(&::fabq::prov::g_provider, subsys, __VA_ARGS__)
+#define FABQ_INFO(subsys, ...) FI_INFO(&::fabq::prov::g_provider, subsys, __VA_ARGS__)
+#define FABQ_DBG(subsys, ...) FI_DBG(&::fabq::prov::g_provider, subsys, __VA_ARGS__)
