@@ -51,18 +51,21 @@ void Counter::complete(uint64_t n) {
   updated(value_.fetch_add(n, std::memory_order_seq_cst) + n);
 }
 
+// fi_poll(3) resets its "changed" mark only on fi_poll, fi_cntr_set and fi_cntr_add: a change
+// of the error value, even by the application, is reported.
 void Counter::add_error(uint64_t n) {
+  polled_.store(true, std::memory_order_relaxed);
   errors_.fetch_add(n, std::memory_order_seq_cst);
   updates_.fetch_add(1, std::memory_order_seq_cst);
   gate_->notify_all();
 }
 
 void Counter::complete_error(uint64_t n) {
-  polled_.store(true, std::memory_order_relaxed);
   add_error(n);
 }
 
 void Counter::set_error(uint64_t v) {
+  polled_.store(true, std::memory_order_relaxed);
   errors_.store(v, std::memory_order_seq_cst);
   updates_.fetch_add(1, std::memory_order_seq_cst);
   gate_->notify_all();

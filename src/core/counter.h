@@ -7,8 +7,9 @@
 //   - add()/set() change the value, add_error()/set_error() the error value (the application's
 //     fi_cntr_add/set/adderr/seterr); complete()/complete_error() are the provider's increments
 //     for finished operations. Reads see every completed update (all seq_cst: see value()).
-//   - poll sets (fi_poll(3)) report a counter when a completion changed it since the last
-//     fi_poll, fi_cntr_set or fi_cntr_add: complete*() set that mark, add()/set() clear it.
+//   - poll sets (fi_poll(3)) report a counter when its value or error value changed since the
+//     last fi_poll, fi_cntr_set or fi_cntr_add: complete*(), add_error() and set_error() set
+//     that mark, add()/set() clear it.
 //   - wait(threshold, timeout): ok once value >= threshold; kAvail when the error value changes
 //     while waiting (fi_cntr(3): "any change in a counter's error value will unblock any thread
 //     inside fi_cntr_wait"); kTimedOut at the timeout (the error value is left unchanged);

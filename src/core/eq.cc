@@ -61,7 +61,7 @@ EventQueue::~EventQueue() {
   if (wait_set_ != nullptr) wait_set_->remove(this);
 }
 
-Status EventQueue::claim_for_write(uint64_t* pos) {
+inline Status EventQueue::claim_for_write(uint64_t* pos) {
   if (overrun()) return Code::kOverrun;
   auto claimed = ring_.claim();
   if (!claimed) {

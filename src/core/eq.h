@@ -127,7 +127,7 @@ class EventQueue final : public WaitSetMember {
 
   EventQueue(const EqConfig& config, std::unique_ptr<WaitObject> own_wait);
   bool readable() const { return ring_.claimed() != 0 || overrun(); }
-  Status claim_for_write(uint64_t* pos);
+  [[gnu::always_inline]] inline Status claim_for_write(uint64_t* pos);
   void fill_error(const Slot& slot, fi_eq_err_entry* entry);
 
   BoundedRing<Slot> ring_;

@@ -65,7 +65,9 @@ Status WaitSet::try_wait() {
   object_->quiet();
   gate_.arm_external();
   std::lock_guard lock(mu_);
-  return any_ready_locked(/*consume=*/false) ? Status(Code::kAgain) : OkStatus();
+  // A counter change is reported once: the application that gets kAgain goes and looks, and
+  // the next try_wait lets it block until the next change.
+  return any_ready_locked(/*consume=*/true) ? Status(Code::kAgain) : OkStatus();
 }
 
 Status PollSet::add(WaitSetMember* m, void* context) {

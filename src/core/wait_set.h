@@ -12,7 +12,7 @@
 // "Ready" for a wait set: a queue holds entries (events, completions, error entries, an overrun
 // report); a counter changed (either value) since this set last reported it.
 // "Ready" for a poll set, as fi_poll(3) says: a queue is not empty; a counter's success or error
-// value changed through a completion since the last fi_poll, fi_cntr_set or fi_cntr_add.
+// value changed since the last fi_poll, fi_cntr_set or fi_cntr_add.
 //
 // Threads: every member function may be called from any thread. Membership changes take the
 // set's mutex; a member must leave every set before it is destroyed (queues and counters
@@ -60,7 +60,8 @@ class WaitSet {
   // ok as soon as any member is ready; kAgain at the timeout (negative = forever) or when a
   // POSIX signal interrupts.
   Status wait(int timeout_ms);
-  // fi_trywait: kAgain if any member is ready; otherwise quiets the fd, arms it and returns ok.
+  // fi_trywait: kAgain if any member is ready (a counter change counts once, as for wait());
+  // otherwise quiets the fd, arms it and returns ok.
   Status try_wait();
 
  private:
