@@ -103,8 +103,8 @@ class CompletionQueue final : public WaitSetMember {
   // kAgain when fewer than n credits are free; kOverrun once overrun.
   Status reserve(size_t n = 1);
   void cancel_reservation(size_t n = 1);
-  // Each consumes one reservation. kInval-free by construction: oversized err_data is an
-  // internal error and is truncated to kCqMaxErrData (err_data_size says how much was kept).
+  // Each consumes one reservation and cannot fail. err_data beyond kCqMaxErrData is truncated
+  // (the entry's err_data_size says how much was kept).
   void complete(const Completion& c);
   void complete_error(const CompletionError& e);
   Status write(const Completion& c);             // reserve(1) + complete()

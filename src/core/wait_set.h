@@ -37,8 +37,8 @@ class WaitSetMember {
   virtual bool has_entries() const = 0;
   // Counters: a number that changes with every update. Queues: 0.
   virtual uint64_t change_count() const = 0;
-  // For poll sets: queues: has_entries(); counters: whether a completion changed them since
-  // the last poll or application add/set, clearing that mark.
+  // For poll sets: queues: has_entries(); counters: whether they changed since the last poll,
+  // fi_cntr_add or fi_cntr_set, clearing that mark.
   virtual bool take_poll_event() = 0;
 };
 
