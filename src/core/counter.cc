@@ -89,9 +89,7 @@ Status Counter::wait(uint64_t threshold, int timeout_ms) {
 }
 
 Status Counter::try_wait() {
-  WaitObject* obj = gate_->object();
-  if (obj == nullptr) return Code::kNoSys;
-  obj->quiet();
+  if (gate_->object() == nullptr) return Code::kNoSys;
   gate_->arm_external();
   return OkStatus();
 }

@@ -1,5 +1,7 @@
 #include "core/cq.h"
 
+#include "core/err_data.h"
+
 #include <algorithm>
 #include <cassert>
 #include <cstring>
@@ -227,16 +229,8 @@ Result<size_t> CompletionQueue::read_error(fi_cq_err_entry* entry, uint64_t flag
     entry->olen = slot->olen;
     entry->err = slot->err;
     entry->prov_errno = slot->prov_errno;
-    const size_t size = slot->err_data_size;
-    if (!provider_owned_err_data_ && entry->err_data != nullptr && entry->err_data_size > 0) {
-      const size_t n = std::min(size, entry->err_data_size);
-      if (n > 0) std::memcpy(entry->err_data, slot->err_data, n);
-      entry->err_data_size = n;
-    } else {
-      if (size > 0) std::memcpy(err_buf_, slot->err_data, size);
-      entry->err_data = size > 0 ? err_buf_ : nullptr;
-      entry->err_data_size = size;
-    }
+    deliver_err_data(slot->err_data, slot->err_data_size, provider_owned_err_data_, err_buf_,
+                     &entry->err_data, &entry->err_data_size);
     if ((flags & FI_PEEK) == 0) {
       ring_.consume(1);
       errors_queued_.fetch_sub(1, std::memory_order_relaxed);
@@ -301,12 +295,9 @@ Status CompletionQueue::signal() {
 }
 
 Status CompletionQueue::try_wait() {
-  WaitObject* obj = gate_->object();
-  if (obj == nullptr) return Code::kNoSys;
-  obj->quiet();
+  if (gate_->object() == nullptr) return Code::kNoSys;
   gate_->arm_external();
-  const bool readable = ring_.claimed() != 0 || overrun();
-  return readable ? Status(Code::kAgain) : OkStatus();
+  return has_entries() ? Status(Code::kAgain) : OkStatus();
 }
 
 }  // namespace fabq::core

@@ -1,5 +1,7 @@
 #include "core/eq.h"
 
+#include "core/err_data.h"
+
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -133,17 +135,8 @@ void EventQueue::fill_error(const Slot& slot, fi_eq_err_entry* entry) {
   entry->data = h.data;
   entry->err = h.err;
   entry->prov_errno = h.prov_errno;
-  const unsigned char* data = slot.payload + sizeof(h);
-  const size_t size = slot.len;
-  if (!provider_owned_err_data_ && entry->err_data != nullptr && entry->err_data_size > 0) {
-    const size_t n = std::min(size, entry->err_data_size);
-    if (n > 0) std::memcpy(entry->err_data, data, n);
-    entry->err_data_size = n;
-  } else {
-    if (size > 0) std::memcpy(err_buf_, data, size);
-    entry->err_data = size > 0 ? err_buf_ : nullptr;
-    entry->err_data_size = size;
-  }
+  deliver_err_data(slot.payload + sizeof(h), slot.len, provider_owned_err_data_, err_buf_,
+                   &entry->err_data, &entry->err_data_size);
 }
 
 Result<size_t> EventQueue::read_error(fi_eq_err_entry* entry, uint64_t flags) {
@@ -184,11 +177,8 @@ Result<size_t> EventQueue::sread(uint32_t* event, void* buf, size_t len, int tim
 }
 
 Status EventQueue::try_wait() {
-  WaitObject* obj = gate_->object();
-  if (obj == nullptr) return Code::kNoSys;
-  // Order matters: quiet the fd first, then arm, then look. A write that lands after the look
-  // sees the arm and makes the fd readable again; one that lands before is seen by the look.
-  obj->quiet();
+  if (gate_->object() == nullptr) return Code::kNoSys;
+  // Arm, then look: a write that lands after the look sees the arm.
   gate_->arm_external();
   return readable() ? Status(Code::kAgain) : OkStatus();
 }

@@ -124,8 +124,13 @@ class WaitGate {
   void enter(uint64_t wake_at);
   void leave() { arm_.fetch_sub(1, std::memory_order_seq_cst); }
 
-  // External waiter (fi_trywait): the next write wakes the application's fd/condition.
-  void arm_external() { arm_.fetch_or(kExternal, std::memory_order_seq_cst); }
+  // External waiter (fi_trywait): quiets the fd, then arms, so that the next write makes it
+  // readable again (or broadcasts the condition). In that order: a write between the two would
+  // otherwise have its readiness drained. The caller looks at its queue after this.
+  void arm_external() {
+    if (obj_ != nullptr) obj_->quiet();
+    arm_.fetch_or(kExternal, std::memory_order_seq_cst);
+  }
 
  private:
   static constexpr uint32_t kExternal = 1u << 31;

@@ -62,7 +62,6 @@ Status WaitSet::wait(int timeout_ms) {
 }
 
 Status WaitSet::try_wait() {
-  object_->quiet();
   gate_.arm_external();
   std::lock_guard lock(mu_);
   // A counter change is reported once: the application that gets kAgain goes and looks, and

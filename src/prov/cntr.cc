@@ -11,13 +11,7 @@ namespace fabq::prov {
 struct CntrOps {
   static Cntr* get(fid_cntr* f) { return Cntr::from_fid(f != nullptr ? &f->fid : nullptr); }
 
-  static int close(fid* f) {
-    Cntr* c = Cntr::from_fid(f);
-    if (c == nullptr) return -FI_EINVAL;
-    if (c->busy()) return -FI_EBUSY;
-    delete c;
-    return 0;
-  }
+  static int close(fid* f) { return close_object(Cntr::from_fid(f)); }
 
   static int control(fid* f, int command, void* arg) {
     Cntr* c = Cntr::from_fid(f);

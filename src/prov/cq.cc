@@ -13,13 +13,7 @@
 namespace fabq::prov {
 
 struct CqOps {
-  static int close(fid* f) {
-    Cq* cq = Cq::from_fid(f);
-    if (cq == nullptr) return -FI_EINVAL;
-    if (cq->busy()) return -FI_EBUSY;
-    delete cq;
-    return 0;
-  }
+  static int close(fid* f) { return close_object(Cq::from_fid(f)); }
 
   static int control(fid* f, int command, void* arg) {
     Cq* cq = Cq::from_fid(f);

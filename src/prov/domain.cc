@@ -12,13 +12,7 @@
 namespace fabq::prov {
 
 struct DomainOps {
-  static int close(fid* f) {
-    Domain* d = Domain::from_fid(f);
-    if (d == nullptr) return -FI_EINVAL;
-    if (d->busy()) return -FI_EBUSY;
-    delete d;
-    return 0;
-  }
+  static int close(fid* f) { return close_object(Domain::from_fid(f)); }
 
   static int bind(fid* f, fid* bfid, uint64_t flags) {
     Domain* d = Domain::from_fid(f);

@@ -45,13 +45,7 @@ int control_wait(core::WaitKind kind, core::WaitObject* obj, int command, void* 
 }
 
 struct EqOps {
-  static int close(fid* f) {
-    Eq* eq = Eq::from_fid(f);
-    if (eq == nullptr) return -FI_EINVAL;
-    if (eq->busy()) return -FI_EBUSY;
-    delete eq;
-    return 0;
-  }
+  static int close(fid* f) { return close_object(Eq::from_fid(f)); }
 
   static int control(fid* f, int command, void* arg) {
     Eq* eq = Eq::from_fid(f);

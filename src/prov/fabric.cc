@@ -12,13 +12,7 @@
 namespace fabq::prov {
 
 struct FabricOps {
-  static int close(fid* f) {
-    Fabric* fabric = Fabric::from_fid(f);
-    if (fabric == nullptr) return -FI_EINVAL;
-    if (fabric->busy()) return -FI_EBUSY;
-    delete fabric;
-    return 0;
-  }
+  static int close(fid* f) { return close_object(Fabric::from_fid(f)); }
 
   // fi_trywait(3): 0 when every object is quiet and armed, -FI_EAGAIN as soon as one has
   // something to read. Objects without a wait object: -FI_ENOSYS; foreign fids: -FI_EINVAL.

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <rdma/fabric.h>
+#include <rdma/fi_errno.h>
 
 #include <atomic>
 #include <cstddef>
@@ -85,6 +86,16 @@ int raw_enum(const E& e) {
   int v;
   std::memcpy(&v, &e, sizeof(v));
   return v;
+}
+
+// fi_close for any fabq object: -FI_EINVAL if `o` is null (not fabq's), -FI_EBUSY while
+// something depends on it, else destroys it.
+template <class T>
+int close_object(T* o) {
+  if (o == nullptr) return -FI_EINVAL;
+  if (o->busy()) return -FI_EBUSY;
+  delete o;
+  return 0;
 }
 
 // Allocates without throwing; libfabric's error for a failed allocation.

@@ -13,13 +13,7 @@
 namespace fabq::prov {
 
 struct WaitSetOps {
-  static int close(fid* f) {
-    WaitSet* w = WaitSet::from_fid(f);
-    if (w == nullptr) return -FI_EINVAL;
-    if (w->busy()) return -FI_EBUSY;
-    delete w;
-    return 0;
-  }
+  static int close(fid* f) { return close_object(WaitSet::from_fid(f)); }
   static int control(fid* f, int command, void* arg) {
     WaitSet* w = WaitSet::from_fid(f);
     if (w == nullptr) return -FI_EINVAL;
