@@ -1,6 +1,8 @@
 // `fabq bench`: the figures it reduces, the verdicts it prints, and the tool run end to end
 // through libfabric (fabq against the tcp provider, one quick repetition).
 #include <gtest/gtest.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_eq.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -120,6 +122,52 @@ TEST_F(BenchSummary, TargetsSayMetOnlyWhenTheFiguresMeetThem) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Each provider runs in a child process: a hang or a crash fails one scenario, not the run.
+
+Sample hangs(const Scenario&, const Provider&, const Options&) {
+  for (;;) pause();
+}
+Sample crashes(const Scenario&, const Provider&, const Options&) {
+  abort();
+}
+Sample works(const Scenario&, const Provider&, const Options&) {
+  Sample s;
+  s.value = 42;
+  s.why = "with a\nnewline";
+  return s;
+}
+
+TEST(BenchIsolation, AHungOrCrashedScenarioFailsAloneAndTheOthersStillRun) {
+  setenv("FI_PROVIDER_PATH", FABQ_PROV_DIR, 1);
+  const Scenario hang{"hang", "", Measure::kNsPerEvent, hangs, FI_WAIT_NONE};
+  const Scenario crash{"crash", "", Measure::kNsPerEvent, crashes, FI_WAIT_NONE};
+  const Scenario work{"work", "", Measure::kNsPerEvent, works, FI_WAIT_NONE};
+  const std::vector<const Scenario*> scenarios = {&work, &hang, &work, &crash, &work};
+  std::vector<Sample> out(scenarios.size());
+  run_isolated(*find_provider("fabq"), scenarios, {0, 1, 2, 3, 4}, Options{}, 1000, &out);
+  for (size_t i : {0, 2, 4}) {
+    EXPECT_EQ(out[i].state, Sample::State::kOk) << i << ": " << out[i].why;
+    EXPECT_EQ(out[i].value, 42);
+    EXPECT_EQ(out[i].why, "with a newline");
+  }
+  EXPECT_EQ(out[1].state, Sample::State::kFailed);
+  EXPECT_EQ(out[1].why.rfind("hung", 0), 0u) << out[1].why;
+  EXPECT_EQ(out[3].state, Sample::State::kFailed);
+  EXPECT_EQ(out[3].why.rfind("died", 0), 0u) << out[3].why;
+}
+
+TEST(BenchIsolation, AProviderThatCannotBeOpenedIsUnsupportedEverywhere) {
+  const ProviderSpec nosuch{"nosuch", "nosuch-provider", FI_EP_MSG, ""};
+  const Scenario work{"work", "", Measure::kNsPerEvent, works, FI_WAIT_NONE};
+  std::vector<Sample> out(2);
+  run_isolated(nosuch, {&work, &work}, {0, 1}, Options{}, 5000, &out);
+  for (const Sample& s : out) {
+    EXPECT_EQ(s.state, Sample::State::kUnsupported);
+    EXPECT_NE(s.why.find("fi_getinfo"), std::string::npos) << s.why;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The tool, run as a user runs it.
 
 struct ToolRun {
@@ -165,7 +213,8 @@ TEST(BenchTool, ListNamesEveryScenarioAndProvider) {
 TEST(BenchTool, QuickRunComparesFabqWithTcpOnEveryScenarioAndWritesTheReports) {
   char dir[] = "/tmp/fabq-bench-test-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
-  const ToolRun r = run_tool(std::string("bench --quick --reps 1 --providers fabq,tcp --out ") + dir);
+  const ToolRun r =
+      run_tool(std::string("bench --quick --reps 1 --providers fabq,tcp --out ") + dir);
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("targets:"), std::string::npos) << r.out;
 

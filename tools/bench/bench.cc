@@ -195,39 +195,27 @@ int run_bench(int argc, char** argv) {
   }
 
   point_libfabric_at_fabq();
-  std::vector<std::unique_ptr<bench::Provider>> opened(providers.size());
-  std::vector<std::string> open_error(providers.size());
-  for (size_t p = 0; p < providers.size(); ++p) {
-    opened[p] = bench::Provider::open(*providers[p], &open_error[p]);
-    if (!opened[p]) {
-      std::fprintf(stderr, "fabq bench: %s: %s\n", providers[p]->name.c_str(),
-                   open_error[p].c_str());
-    }
-  }
-
   // samples[s][p]: one Sample per repetition. Providers take turns within each repetition,
-  // starting one further each time, so slow drifts of a shared machine spread over all.
+  // each in a process of its own, starting one further each time, so the slow drifts of a
+  // shared machine spread over all of them.
+  constexpr int kHangMs = 30'000;
   std::vector<std::vector<std::vector<Sample>>> samples(
       scenarios.size(), std::vector<std::vector<Sample>>(providers.size()));
   for (int rep = 0; rep < reps; ++rep) {
     std::fprintf(stderr, "fabq bench: repetition %d of %d\n", rep + 1, reps);
-    for (size_t s = 0; s < scenarios.size(); ++s) {
-      for (size_t k = 0; k < providers.size(); ++k) {
-        const size_t p = (k + static_cast<size_t>(rep)) % providers.size();
-        std::vector<Sample>& mine = samples[s][p];
-        if (!opened[p]) {
-          if (mine.empty()) {
-            mine.push_back({.state = Sample::State::kUnsupported, .why = open_error[p]});
-          }
-          continue;
-        }
-        // Once unsupported or failed, the provider sits out the scenario's later repetitions.
-        if (!mine.empty() && mine.back().state != Sample::State::kOk) continue;
-        mine.push_back(scenarios[s]->run(*scenarios[s], *opened[p], options));
+    for (size_t k = 0; k < providers.size(); ++k) {
+      const size_t p = (k + static_cast<size_t>(rep)) % providers.size();
+      // Once unsupported or failed, the provider sits out the scenario's later repetitions.
+      std::vector<size_t> todo;
+      for (size_t s = 0; s < scenarios.size(); ++s) {
+        const std::vector<Sample>& mine = samples[s][p];
+        if (mine.empty() || mine.back().state == Sample::State::kOk) todo.push_back(s);
       }
+      std::vector<Sample> got(scenarios.size());
+      bench::run_isolated(*providers[p], scenarios, todo, options, kHangMs, &got);
+      for (const size_t s : todo) samples[s][p].push_back(got[s]);
     }
   }
-  opened.clear();
 
   const bench::RunInfo run{utc_now(), command, reps, options};
   const std::vector<bench::Summary> rows = bench::summarize(scenarios, providers, samples);

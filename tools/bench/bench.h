@@ -52,11 +52,11 @@ class Provider {
 
 // Tunables shared by every scenario.
 struct Options {
-  uint64_t pairs = 200'000;  // write+read pairs per eq-pair sample
-  uint64_t bursts = 1'000;   // bursts per eq-burst sample
-  uint64_t burst = 256;      // events per burst
-  uint64_t wakes = 1'000;    // timed wake-ups per wake sample
-  int64_t gap_ns = 5'000;    // writer's pause between "reader is blocking" and the wake
+  uint64_t pairs = 200'000;       // write+read pairs per eq-pair sample
+  uint64_t bursts = 1'000;        // bursts per eq-burst sample
+  uint64_t burst = 256;           // events per burst
+  uint64_t wakes = 1'000;         // timed wake-ups per wake sample
+  int64_t gap_ns = 5'000;         // writer's pause between "reader is blocking" and the wake
   int64_t idle_gap_ns = 200'000;  // the same for the *-idle scenarios: the reader is asleep
   int timeout_ms = 2'000;         // a blocking call longer than this is a lost wake-up
 };
@@ -85,6 +85,13 @@ struct Scenario {
   Sample (*run)(const Scenario&, const Provider&, const Options&);
   int wait_obj;  // enum fi_wait_obj the queue is opened with
 };
+
+// Runs scenarios[i] for each i in `todo`, in that order, on `spec` in a child process, and
+// stores each Sample in (*out)[i]. A scenario that gives no result within `hang_ms`, or whose
+// process dies, is stored as kFailed with the reason; the rest continue in a new child.
+void run_isolated(const ProviderSpec& spec, const std::vector<const Scenario*>& scenarios,
+                  std::vector<size_t> todo, const Options& o, int hang_ms,
+                  std::vector<Sample>* out);
 
 // Every scenario, in report order.
 const std::vector<Scenario>& all_scenarios();

@@ -40,8 +40,8 @@ std::unique_ptr<Provider> Provider::open(const ProviderSpec& spec, std::string* 
   }
   // No endpoint is opened: accept every mode and memory-registration requirement.
   hints->mode = ~0ULL;
-  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-                                FI_MR_PROV_KEY | FI_MR_ENDPOINT | FI_MR_RAW;
+  hints->domain_attr->mr_mode =
+      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT | FI_MR_RAW;
   hints->ep_attr->type = static_cast<fi_ep_type>(spec.ep_type);
   hints->fabric_attr->prov_name = strdup(spec.prov_name.c_str());
   fi_info* list = nullptr;

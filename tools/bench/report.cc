@@ -29,7 +29,9 @@ const char* state_name(Sample::State s) {
   return "?";
 }
 
-const char* unit(Measure m) { return m == Measure::kNsPerEvent ? "ns/event" : "ns"; }
+const char* unit(Measure m) {
+  return m == Measure::kNsPerEvent ? "ns/event" : "ns";
+}
 
 std::string fmt(const char* f, auto... args) {
   char buf[256];
@@ -117,7 +119,9 @@ const Summary* find(const std::vector<Summary>& rows, const std::string& scenari
   return nullptr;
 }
 
-bool ok(const Summary* r) { return r != nullptr && r->state == Sample::State::kOk; }
+bool ok(const Summary* r) {
+  return r != nullptr && r->state == Sample::State::kOk;
+}
 
 // The gnuplot data of one panel: a row per scenario, a column per provider (NaN: no figure).
 std::string plot_data(const std::vector<Summary>& rows, const std::vector<std::string>& providers,
@@ -150,20 +154,22 @@ bool write_plot(const std::string& dir, const std::vector<Summary>& rows) {
     for (const std::string& p : providers) seen = seen || p == r.provider;
     if (!seen) providers.push_back(r.provider);
   }
-  const std::string through = dir + "/bench-throughput.dat";
-  const std::string p50 = dir + "/bench-wake-p50.dat";
-  const std::string p99 = dir + "/bench-wake-p99.dat";
-  if (!write_file(through, plot_data(rows, providers, Measure::kNsPerEvent, false)) ||
-      !write_file(p50, plot_data(rows, providers, Measure::kWakeNs, false)) ||
-      !write_file(p99, plot_data(rows, providers, Measure::kWakeNs, true))) {
+  // File names relative to `dir`: gnuplot runs there, so the script works wherever it is.
+  const std::string through = "bench-throughput.dat";
+  const std::string p50 = "bench-wake-p50.dat";
+  const std::string p99 = "bench-wake-p99.dat";
+  if (!write_file(dir + "/" + through, plot_data(rows, providers, Measure::kNsPerEvent, false)) ||
+      !write_file(dir + "/" + p50, plot_data(rows, providers, Measure::kWakeNs, false)) ||
+      !write_file(dir + "/" + p99, plot_data(rows, providers, Measure::kWakeNs, true))) {
     return false;
   }
   const size_t n = providers.size() + 1;
   std::string gp;
   gp += "set terminal svg size 1400,1500 dynamic background rgb 'white' font 'sans,12'\n";
-  gp += "set output '" + dir + "/bench.svg'\n";
-  gp += "set multiplot layout 3,1 title 'fabq bench: fabq against libfabric providers "
-        "(medians, log scale, lower is better)'\n";
+  gp += "set output 'bench.svg'\n";
+  gp +=
+      "set multiplot layout 3,1 title 'fabq bench: fabq against libfabric providers "
+      "(medians, log scale, lower is better)'\n";
   gp += "set style data histograms\nset style histogram clustered gap 1\n";
   gp += "set style fill solid 0.85 border -1\nset boxwidth 0.9\nset logscale y\n";
   gp += "set grid ytics\nset key outside right top\nset xtics rotate by 30 right noenhanced\n";
@@ -191,7 +197,7 @@ bool write_plot(const std::string& dir, const std::vector<Summary>& rows) {
                  script.c_str());
     return true;
   }
-  const std::string cmd = "gnuplot '" + script + "'";
+  const std::string cmd = "cd '" + dir + "' && gnuplot bench.gp";
   if (std::system(cmd.c_str()) != 0) {
     std::fprintf(stderr, "fabq bench: gnuplot failed on %s\n", script.c_str());
     return false;
@@ -205,11 +211,12 @@ std::string format_table(const std::vector<Summary>& rows, const RunInfo& run) {
   const Machine m = describe_machine();
   std::ostringstream out;
   out << "fabq bench " << m.fabq << " on libfabric " << m.libfabric << ", " << run.date << "\n";
-  out << "machine: " << m.cpu << ", " << m.cores << " cores, " << m.kernel << ", load "
-      << m.load << "\n";
-  out << fmt("%d repetitions, providers interleaved; figure = median (min-max); "
-             "wake gap %.1f us (idle %.0f us); x fabq > 1: fabq is faster\n",
-             run.reps, run.options.gap_ns / 1e3, run.options.idle_gap_ns / 1e3);
+  out << "machine: " << m.cpu << ", " << m.cores << " cores, " << m.kernel << ", load " << m.load
+      << "\n";
+  out << fmt(
+      "%d repetitions, providers interleaved; figure = median (min-max); "
+      "wake gap %.1f us (idle %.0f us); x fabq > 1: fabq is faster\n",
+      run.reps, run.options.gap_ns / 1e3, run.options.idle_gap_ns / 1e3);
   std::string current;
   for (const Summary& r : rows) {
     if (r.scenario != current) {
@@ -224,22 +231,21 @@ std::string format_table(const std::vector<Summary>& rows, const RunInfo& run) {
       if (r.measure == Measure::kNsPerEvent) {
         out << fmt("  %-9s %-28s %10s %8s\n", "provider", "ns per event", "allocs/ev", "x fabq");
       } else {
-        out << fmt("  %-9s %-28s %10s %10s %10s %8s\n", "provider", "p50 wake", "p99",
-                   "reader cpu", "allocs/ev", "x fabq");
+        out << fmt("  %-9s %-28s %10s %10s %10s %8s\n", "provider", "p50 wake", "p99", "reader cpu",
+                   "allocs/ev", "x fabq");
       }
     }
     if (r.state != Sample::State::kOk) {
-      out << fmt("  %-9s %s: ", r.provider.c_str(), r.state == Sample::State::kFailed
-                                                        ? "FAILED"
-                                                        : "unsupported")
+      out << fmt("  %-9s %s: ", r.provider.c_str(),
+                 r.state == Sample::State::kFailed ? "FAILED" : "unsupported")
           << r.why << "\n";
       continue;
     }
-    const std::string fig = figure(r.measure, r.median) + " (" +
-                            (r.measure == Measure::kNsPerEvent
-                                 ? fmt("%.1f-%.1f", r.min, r.max)
-                                 : fmt("%.2f-%.2f", r.min / 1e3, r.max / 1e3)) +
-                            ")";
+    const std::string fig =
+        figure(r.measure, r.median) + " (" +
+        (r.measure == Measure::kNsPerEvent ? fmt("%.1f-%.1f", r.min, r.max)
+                                           : fmt("%.2f-%.2f", r.min / 1e3, r.max / 1e3)) +
+        ")";
     const std::string allocs = r.allocs < 0 ? "n/a" : fmt("%.2f", r.allocs);
     const std::string ratio = r.ratio > 0 ? fmt("%.2f", r.ratio) : "-";
     if (r.measure == Measure::kNsPerEvent) {
@@ -290,7 +296,8 @@ std::string format_targets(const std::vector<Summary>& rows) {
                          : fmt("%s p50 <= best anchor's: no anchor figure", s));
   }
   // FD wake p50 at or below 10 us.
-  for (const char* s : {"eq-wake/fd", "eq-wake-idle/fd", "eq-fd-wake/fd", "eq-fd-wake-idle/fd", "cq-wake/fd"}) {
+  for (const char* s :
+       {"eq-wake/fd", "eq-wake-idle/fd", "eq-fd-wake/fd", "eq-fd-wake-idle/fd", "cq-wake/fd"}) {
     const Summary* f = find(rows, s, "fabq");
     if (!ok(f)) continue;
     line(true, f->median <= 10'000, fmt("%s p50 <= 10 us: fabq %.2f us", s, f->median / 1e3));
@@ -340,8 +347,7 @@ bool write_reports(const std::string& dir, const std::vector<Summary>& rows, con
           ", \"libfabric\": " + json_string(m.libfabric) + ", \"fabq\": " + json_string(m.fabq) +
           "},\n";
   json += "  \"run\": {\"date\": " + json_string(run.date) +
-          ", \"command\": " + json_string(run.command) +
-          ", \"reps\": " + std::to_string(run.reps) +
+          ", \"command\": " + json_string(run.command) + ", \"reps\": " + std::to_string(run.reps) +
           fmt(", \"gap_ns\": %lld, \"idle_gap_ns\": %lld, \"pairs\": %llu, \"wakes\": %llu},\n",
               static_cast<long long>(run.options.gap_ns),
               static_cast<long long>(run.options.idle_gap_ns),
@@ -351,8 +357,8 @@ bool write_reports(const std::string& dir, const std::vector<Summary>& rows, con
   for (size_t i = 0; i < rows.size(); ++i) {
     const Summary& r = rows[i];
     json += "    {\"scenario\": " + json_string(r.scenario) +
-            ", \"provider\": " + json_string(r.provider) + ", \"state\": \"" +
-            state_name(r.state) + "\", \"unit\": \"" + unit(r.measure) + "\"";
+            ", \"provider\": " + json_string(r.provider) + ", \"state\": \"" + state_name(r.state) +
+            "\", \"unit\": \"" + unit(r.measure) + "\"";
     if (r.state == Sample::State::kOk) {
       json += fmt(", \"reps\": %zu, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f", r.reps,
                   r.median, r.min, r.max);

@@ -34,7 +34,9 @@ int64_t clock_ns(clockid_t clock) {
   clock_gettime(clock, &ts);
   return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
 }
-int64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
+int64_t now_ns() {
+  return clock_ns(CLOCK_MONOTONIC);
+}
 
 const char* wait_name(int w) {
   switch (w) {
@@ -121,7 +123,9 @@ FidPtr<fid_cntr> open_cntr(const Provider& p, int wait, std::string* why) {
   return FidPtr<fid_cntr>(cntr);
 }
 
-void* as_context(uint64_t i) { return reinterpret_cast<void*>(static_cast<uintptr_t>(i)); }
+void* as_context(uint64_t i) {
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(i));
+}
 
 // Writes event number i (i > 0) to `eq`: FI_NOTIFY with fid = the EQ, context and data = i.
 bool eq_write(fid_eq* eq, uint64_t i, std::string* why) {
@@ -268,8 +272,8 @@ Sample run_wake(const Options& o, int64_t gap_ns, uint64_t wakes, const Wake& w)
         break;
       }
       if (t1 - t0 >= limit_ns) {
-        reader_why = "lost wake-up: woke only after " + std::to_string((t1 - t0) / 1'000'000) +
-                     " ms";
+        reader_why =
+            "lost wake-up: woke only after " + std::to_string((t1 - t0) / 1'000'000) + " ms";
         break;
       }
       if (i >= warm) latency[i - warm] = static_cast<double>(t1 - t0);
@@ -487,32 +491,32 @@ const std::vector<Scenario>& all_scenarios() {
        FI_WAIT_UNSPEC},
       {"eq-wake/fd", "fi_eq_write wakes a reader blocked in fi_eq_sread", M::kWakeNs, eq_wake,
        FI_WAIT_FD},
-      {"eq-wake/pollfd", "fi_eq_write wakes a reader blocked in fi_eq_sread", M::kWakeNs,
-       eq_wake, FI_WAIT_POLLFD},
+      {"eq-wake/pollfd", "fi_eq_write wakes a reader blocked in fi_eq_sread", M::kWakeNs, eq_wake,
+       FI_WAIT_POLLFD},
       {"eq-wake/mutex_cond", "fi_eq_write wakes a reader blocked in fi_eq_sread", M::kWakeNs,
        eq_wake, FI_WAIT_MUTEX_COND},
       {"eq-wake/yield", "fi_eq_write wakes a reader blocked in fi_eq_sread", M::kWakeNs, eq_wake,
        FI_WAIT_YIELD},
-      {"eq-wake-idle/unspec", "as eq-wake, the reader blocked long enough to be asleep",
-       M::kWakeNs, eq_wake_idle, FI_WAIT_UNSPEC},
+      {"eq-wake-idle/unspec", "as eq-wake, the reader blocked long enough to be asleep", M::kWakeNs,
+       eq_wake_idle, FI_WAIT_UNSPEC},
       {"eq-wake-idle/fd", "as eq-wake, the reader blocked long enough to be asleep", M::kWakeNs,
        eq_wake_idle, FI_WAIT_FD},
       {"eq-fd-wake/fd", "fi_eq_write wakes a reader in fi_trywait + epoll_wait", M::kWakeNs,
        eq_fd_wake, FI_WAIT_FD},
       {"eq-fd-wake-idle/fd", "as eq-fd-wake, the reader asleep in epoll_wait", M::kWakeNs,
        eq_fd_wake_idle, FI_WAIT_FD},
-      {"cq-wake/unspec", "fi_cq_signal wakes a reader blocked in fi_cq_sread", M::kWakeNs,
-       cq_wake, FI_WAIT_UNSPEC},
+      {"cq-wake/unspec", "fi_cq_signal wakes a reader blocked in fi_cq_sread", M::kWakeNs, cq_wake,
+       FI_WAIT_UNSPEC},
       {"cq-wake/fd", "fi_cq_signal wakes a reader blocked in fi_cq_sread", M::kWakeNs, cq_wake,
        FI_WAIT_FD},
       {"cq-wake/mutex_cond", "fi_cq_signal wakes a reader blocked in fi_cq_sread", M::kWakeNs,
        cq_wake, FI_WAIT_MUTEX_COND},
-      {"cq-wake/yield", "fi_cq_signal wakes a reader blocked in fi_cq_sread", M::kWakeNs,
-       cq_wake, FI_WAIT_YIELD},
+      {"cq-wake/yield", "fi_cq_signal wakes a reader blocked in fi_cq_sread", M::kWakeNs, cq_wake,
+       FI_WAIT_YIELD},
       {"cntr-wake/unspec", "fi_cntr_add wakes a reader blocked in fi_cntr_wait", M::kWakeNs,
        cntr_wake, FI_WAIT_UNSPEC},
-      {"cntr-wake/fd", "fi_cntr_add wakes a reader blocked in fi_cntr_wait", M::kWakeNs,
-       cntr_wake, FI_WAIT_FD},
+      {"cntr-wake/fd", "fi_cntr_add wakes a reader blocked in fi_cntr_wait", M::kWakeNs, cntr_wake,
+       FI_WAIT_FD},
       {"cntr-wake/mutex_cond", "fi_cntr_add wakes a reader blocked in fi_cntr_wait", M::kWakeNs,
        cntr_wake, FI_WAIT_MUTEX_COND},
       {"cntr-wake/yield", "fi_cntr_add wakes a reader blocked in fi_cntr_wait", M::kWakeNs,
