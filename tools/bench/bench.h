@@ -1,9 +1,10 @@
 // `fabq bench`: the same scenarios, through the public libfabric API, on fabq and on libfabric's
-// own providers in one process, interleaved, with ratios to fabq.
+// own providers in one run, interleaved, with ratios to fabq.
 //
 // Layout: providers.cc opens a provider's fabric and domain by name; scenarios.cc holds the
-// scenarios, each validating everything it reads; stats.cc reduces samples; report.cc prints
-// the table and writes CSV, JSON and the gnuplot plot; bench.cc parses options and interleaves.
+// scenarios, each validating everything it reads; isolate.cc runs one provider's scenarios in
+// a child process; stats.cc reduces samples; report.cc prints the table and writes CSV, JSON
+// and the gnuplot plot; bench.cc parses options and interleaves the providers.
 #pragma once
 
 #include <rdma/fabric.h>
