@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/async_event.h"
+
 namespace fabq::core {
 namespace {
 
@@ -103,6 +105,13 @@ const char* copy_message(const char* text, char* buf, size_t len) {
 
 const char* describe_prov_errno(int prov_errno, char* buf, size_t len) {
   if (prov_errno == 0) return copy_message("no provider-specific error", buf, len);
+  if (prov_errno > 0) {
+    if (const AsyncKind* k = async_kind(static_cast<uint32_t>(prov_errno))) {
+      if (buf == nullptr || len == 0) return k->name;
+      snprintf(buf, len, "%s: %s", k->name, k->description);
+      return buf;
+    }
+  }
   const ErrnoText* e = find(prov_errno);
   if (buf == nullptr || len == 0) return e != nullptr ? e->message : "fabq provider error";
   if (e != nullptr) {

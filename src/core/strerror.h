@@ -23,6 +23,7 @@ const char* copy_message(const char* text, char* buf, size_t len);
 // Describes a provider error code as fabq reports it in `prov_errno`:
 //   0                          "no provider-specific error"
 //   a positive fabric errno    its message, e.g. "Queue has been overrun (FI_EOVERRUN)"
+//   an FI_FABQ_EVENT_* kind    its name and meaning, e.g. "FI_FABQ_EVENT_PORT_ERR: port down"
 //   anything else              "fabq provider error <n>"
 // Returns buf (or a static string, see above).
 const char* describe_prov_errno(int prov_errno, char* buf, size_t len);
