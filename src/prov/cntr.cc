@@ -113,6 +113,7 @@ int open_cntr(fid_domain* domain_fid, fi_cntr_attr* attr, fid_cntr** out, void* 
     set = WaitSet::from_fid(attr->wait_set ? &attr->wait_set->fid : nullptr);
     if (set == nullptr) return -FI_EINVAL;
   }
+  if (domain->failed()) return -FI_EOPBADSTATE;
   if (!domain->acquire_cntr_slot()) return -FI_ENOSPC;
   auto counter = core::Counter::create({
       .wait = *kind,
@@ -129,6 +130,7 @@ int open_cntr(fid_domain* domain_fid, fi_cntr_attr* attr, fid_cntr** out, void* 
     return -FI_ENOMEM;
   }
   *out = c->handle();
+  domain->note_operation();
   return 0;
 }
 

@@ -13,7 +13,7 @@
 namespace fabq::prov {
 
 struct CqOps {
-  static int close(fid* f) { return close_object(Cq::from_fid(f)); }
+  static int close(fid* f) { return close_target(Cq::from_fid(f)); }
 
   static int control(fid* f, int command, void* arg) {
     Cq* cq = Cq::from_fid(f);
@@ -96,6 +96,7 @@ Cq* Cq::from_fid(const fid* f) {
 Cq::Cq(Domain* domain, const fi_cq_attr& attr, WaitSet* wait_set,
        std::unique_ptr<core::CompletionQueue> queue, void* context)
     : Object(FI_CLASS_CQ, domain),
+      AsyncTarget(core::FaultTargetKind::kCq, &box_.fid.fid),
       domain_(domain),
       wait_set_(wait_set),
       threshold_cond_(raw_enum(attr.wait_cond) == FI_CQ_COND_THRESHOLD),
@@ -113,11 +114,35 @@ Cq::~Cq() {
   domain_->release_cq_slot();
 }
 
+std::vector<uint32_t> Cq::complete(const core::Completion& c) {
+  FaultAction a = count_operation();
+  if (a.err != 0) {
+    queue_->complete_error({.completion = c, .err = a.err, .prov_errno = a.prov_errno});
+  } else {
+    queue_->complete(c);
+  }
+  return std::move(a.events);
+}
+
+std::vector<uint32_t> Cq::complete_error(const core::CompletionError& e) {
+  FaultAction a = count_operation();
+  queue_->complete_error(e);
+  return std::move(a.events);
+}
+
+void Cq::inject_error(int err, int prov_errno) {
+  core::CompletionError e{.err = err, .prov_errno = prov_errno};
+  // No room for it is a real overrun: the CQ says so itself and with CQ_ERR.
+  if (!queue_->write_error(e).ok() && !queue_->overrun())
+    raise(domain_, this, FI_FABQ_EVENT_CQ_ERR);
+}
+
 int open_cq(fid_domain* domain_fid, fi_cq_attr* attr, fid_cq** out, void* context) {
   if (out != nullptr) *out = nullptr;
   Domain* domain = Domain::from_fid(domain_fid ? &domain_fid->fid : nullptr);
   if (domain == nullptr || attr == nullptr || out == nullptr) return -FI_EINVAL;
   if ((attr->flags & ~FI_AFFINITY) != 0) return -FI_EBADFLAGS;
+  if (domain->failed()) return -FI_EOPBADSTATE;
   const Params& p = params();
   if (attr->size > p.cq_max_size) {
     FABQ_WARN(FI_LOG_CQ, "fi_cq_open: size %zu exceeds FI_FABQ_CQ_MAX_SIZE=%zu\n", attr->size,
@@ -157,6 +182,8 @@ int open_cq(fid_domain* domain_fid, fi_cq_attr* attr, fid_cq** out, void* contex
     return -FI_ENOMEM;
   }
   *out = cq->handle();
+  domain->register_target(cq);
+  domain->note_operation();
   return 0;
 }
 

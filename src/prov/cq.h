@@ -7,15 +7,18 @@
 // FI_CQ_FORMAT_CONTEXT.
 //
 // fi_cq_sread with FI_CQ_COND_THRESHOLD reads `cond` as a size_t threshold: (size_t)cond.
-// fi_cq_signal on FI_WAIT_NONE: -FI_ENOSYS. fi_close while bound: -FI_EBUSY.
+// fi_cq_signal on FI_WAIT_NONE: -FI_ENOSYS. fi_close while bound, or while asynchronous events
+// read about it are not acknowledged: -FI_EBUSY. A domain after DEVICE_FATAL: -FI_EOPBADSTATE.
 #pragma once
 
 #include <rdma/fi_domain.h>
 #include <rdma/fi_eq.h>
 
 #include <memory>
+#include <vector>
 
 #include "core/cq.h"
+#include "prov/events.h"
 #include "prov/object.h"
 
 namespace fabq::prov {
@@ -23,7 +26,7 @@ namespace fabq::prov {
 class Domain;
 class WaitSet;
 
-class Cq final : public Object {
+class Cq final : public Object, public AsyncTarget {
  public:
   static Cq* from_fid(const fid* f);
 
@@ -32,6 +35,16 @@ class Cq final : public Object {
   ~Cq() override;
   fid_cq* handle() { return &box_.fid; }
   core::CompletionQueue& queue() { return *queue_; }
+  Domain* domain() const { return domain_; }
+
+  // Completions of operations posted on fabq endpoints (their credit reserved at post). They
+  // are the CQ's operations for fault rules: a rule's error turns one into an error completion.
+  // Returns the events rules raise on the CQ, for the caller to raise() once it holds no
+  // endpoint or SRX lock.
+  [[nodiscard]] std::vector<uint32_t> complete(const core::Completion& c);
+  [[nodiscard]] std::vector<uint32_t> complete_error(const core::CompletionError& e);
+  // An error completion with no operation (op_context NULL), as fault injection writes it.
+  void inject_error(int err, int prov_errno);
 
  private:
   friend struct CqOps;

@@ -1,7 +1,11 @@
 #include "prov/domain.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "prov/cntr.h"
 #include "prov/cq.h"
+#include "prov/endpoint.h"
 #include "prov/eq.h"
 #include "prov/fabric.h"
 #include "prov/getinfo.h"
@@ -12,7 +16,18 @@
 namespace fabq::prov {
 
 struct DomainOps {
-  static int close(fid* f) { return close_object(Domain::from_fid(f)); }
+  static int close(fid* f) {
+    Domain* d = Domain::from_fid(f);
+    if (d == nullptr) return -FI_EINVAL;
+    return Registry::get().close_domain(d).to_fi();
+  }
+
+  static int ops_open(fid* f, const char* name, uint64_t flags, void** ops, void*) {
+    Domain* d = Domain::from_fid(f);
+    if (d == nullptr || name == nullptr || ops == nullptr) return -FI_EINVAL;
+    if (std::strcmp(name, FI_FABQ_ASYNC_OPS) != 0) return -FI_ENOSYS;
+    return open_async_ops(d, flags, ops);
+  }
 
   static int bind(fid* f, fid* bfid, uint64_t flags) {
     Domain* d = Domain::from_fid(f);
@@ -28,14 +43,17 @@ struct DomainOps {
     return 0;
   }
 
-  static int endpoint2(fid_domain*, fi_info*, fid_ep**, uint64_t, void*) { return -FI_ENOSYS; }
+  static int endpoint2(fid_domain* dom, fi_info* info, fid_ep** ep, uint64_t flags, void* context) {
+    if (flags != 0) return -FI_EBADFLAGS;
+    return open_endpoint(dom, info, ep, context);
+  }
 
   static inline fi_ops fi_ops_ = {
       .size = sizeof(fi_ops),
       .close = close,
       .bind = bind,
       .control = no_control,
-      .ops_open = no_ops_open,
+      .ops_open = ops_open,
       .tostr = no_tostr,
       .ops_set = no_ops_set,
   };
@@ -43,12 +61,12 @@ struct DomainOps {
       .size = sizeof(fi_ops_domain),
       .av_open = enosys<fid_domain*, fi_av_attr*, fid_av**, void*>,
       .cq_open = open_cq,
-      .endpoint = enosys<fid_domain*, fi_info*, fid_ep**, void*>,
+      .endpoint = open_endpoint,
       .scalable_ep = enosys<fid_domain*, fi_info*, fid_ep**, void*>,
       .cntr_open = open_cntr,
       .poll_open = open_poll_set,
       .stx_ctx = enosys<fid_domain*, fi_tx_attr*, fid_stx**, void*>,
-      .srx_ctx = enosys<fid_domain*, fi_rx_attr*, fid_ep**, void*>,
+      .srx_ctx = open_srx,
       .query_atomic = enosys<fid_domain*, enum fi_datatype, enum fi_op, fi_atomic_attr*, uint64_t>,
       .query_collective = enosys<fid_domain*, enum fi_collective_op, fi_collective_attr*, uint64_t>,
       .endpoint2 = endpoint2,
@@ -67,8 +85,13 @@ Domain* Domain::from_fid(const fid* f) {
   return Object::from<Domain, fid_domain>(f, FI_CLASS_DOMAIN, &DomainOps::fi_ops_);
 }
 
-Domain::Domain(Fabric* fabric, const fi_info& info, void* context)
-    : Object(FI_CLASS_DOMAIN, fabric), fabric_(fabric), name_(info.domain_attr->name) {
+Domain::Domain(Fabric* fabric, const fi_info& info, std::unique_ptr<core::AsyncChannel> channel,
+               void* context)
+    : Object(FI_CLASS_DOMAIN, fabric),
+      AsyncTarget(core::FaultTargetKind::kDomain, &box_.fid.fid),
+      fabric_(fabric),
+      name_(info.domain_attr->name),
+      channel_(std::move(channel)) {
   init_fid(&box_.fid.fid, FI_CLASS_DOMAIN, context, &DomainOps::fi_ops_);
   box_.fid.ops = &DomainOps::domain_ops_;
   box_.fid.mr = &DomainOps::mr_ops_;
@@ -95,6 +118,130 @@ bool Domain::acquire_cntr_slot() {
   return true;
 }
 
+Eq* Domain::eq() {
+  std::lock_guard lock(mu_);
+  return eq_;
+}
+
+void Domain::register_target(AsyncTarget* t) {
+  std::vector<Pending> later;
+  {
+    std::lock_guard lock(mu_);
+    t->serial_ = next_serial_++;
+    t->index_ = opened_[static_cast<int>(t->kind())]++;
+    targets_.push_back(t);
+    for (const auto& r : rules_) arm_locked(t, r, &later);
+  }
+  run_pending(later);
+}
+
+void Domain::unregister_target_locked(AsyncTarget* t) {
+  std::erase(targets_, t);
+}
+
+void Domain::add_rules(const std::vector<core::FaultRule>& rules) {
+  std::vector<Pending> later;
+  {
+    std::lock_guard lock(mu_);
+    for (const core::FaultRule& rule : rules) {
+      auto r = std::make_shared<const core::FaultRule>(rule);
+      rules_.push_back(r);
+      arm_locked(this, r, &later);
+      for (AsyncTarget* t : targets_) arm_locked(t, r, &later);
+    }
+  }
+  run_pending(later);
+}
+
+int Domain::set_target_name(AsyncTarget* t, const char* name) {
+  if (name == nullptr || name[0] == '\0' || std::strlen(name) > 63) return -FI_EINVAL;
+  std::vector<Pending> later;
+  {
+    std::lock_guard lock(mu_);
+    if (t->name_ == name) return 0;
+    t->name_ = name;
+    for (const auto& r : rules_) {
+      if (!r->target.name.empty()) arm_locked(t, r, &later);
+    }
+  }
+  run_pending(later);
+  return 0;
+}
+
+void Domain::arm_locked(AsyncTarget* t, const std::shared_ptr<const core::FaultRule>& rule,
+                        std::vector<Pending>* later) {
+  const core::FaultTarget& want = rule->target;
+  if (want.kind != t->kind()) return;
+  if (want.kind != core::FaultTargetKind::kDomain) {
+    const bool by_index = want.index >= 0 && want.index == t->index_;
+    const bool by_name = !want.name.empty() && want.name == t->name_;
+    if (!by_index && !by_name) return;
+  }
+  {
+    std::lock_guard lock(t->fault_mu_);
+    for (const ArmedFault& a : t->armed_) {
+      if (a.rule == rule) return;  // a renamed object keeps what it has
+    }
+    t->armed_.push_back({rule, core::FaultTrigger(*rule)});
+    t->has_faults_.store(true, std::memory_order_release);
+  }
+  if (rule->when == core::FaultWhen::kNow || rule->when == core::FaultWhen::kMs) {
+    later->push_back({t->serial_, rule});
+  }
+}
+
+void Domain::run_pending(const std::vector<Pending>& later) {
+  for (const Pending& p : later) {
+    if (p.rule->when == core::FaultWhen::kMs) {
+      Registry::get().schedule(id_, p.rule->ms, p.serial, p.rule);
+    } else {
+      Registry::get().fire(id_, p.serial, p.rule);
+    }
+  }
+}
+
+AsyncTarget* Domain::find_target_locked(uint64_t serial) {
+  if (serial == serial_) return this;
+  for (AsyncTarget* t : targets_) {
+    if (t->serial_ == serial) return t;
+  }
+  return nullptr;
+}
+
+void Domain::fire_timed(uint64_t serial, const std::shared_ptr<const core::FaultRule>& rule) {
+  std::lock_guard lock(mu_);
+  AsyncTarget* t = find_target_locked(serial);
+  if (t == nullptr) return;
+  bool fire = false;
+  bool again = false;
+  {
+    std::lock_guard flock(t->fault_mu_);
+    for (ArmedFault& a : t->armed_) {
+      if (a.rule != rule) continue;
+      fire = a.trigger.fire_once();
+      again = rule->when == core::FaultWhen::kMs && !a.trigger.exhausted();
+      break;
+    }
+  }
+  if (fire) fire_locked(t, *rule);
+  if (again) Registry::get().schedule(id_, rule->ms, serial, rule);
+}
+
+void Domain::fire_locked(AsyncTarget* t, const core::FaultRule& rule) {
+  if (rule.what == core::FaultWhat::kEvent) {
+    raise(this, t, rule.event);
+  } else if (t->kind() == core::FaultTargetKind::kEndpoint) {
+    t->arm_next_failure(rule.err, rule.prov_errno);
+  } else if (t->kind() == core::FaultTargetKind::kCq) {
+    static_cast<Cq*>(t)->inject_error(rule.err, rule.prov_errno);
+  }
+}
+
+void Domain::note_operation() {
+  FaultAction a = count_operation();
+  for (uint32_t type : a.events) raise(this, this, type);
+}
+
 int open_domain(fid_fabric* fabric_fid, fi_info* info, fid_domain** out, void* context) {
   if (out != nullptr) *out = nullptr;
   Fabric* fabric = Fabric::from_fid(fabric_fid ? &fabric_fid->fid : nullptr);
@@ -107,8 +254,20 @@ int open_domain(fid_fabric* fabric_fid, fi_info* info, fid_domain** out, void* c
               fabric->name().c_str());
     return -FI_ENODEV;
   }
-  Domain* d = make_object<Domain>(fabric, *info, context);
+  std::vector<core::FaultRule> rules;
+  if (const char* spec = std::getenv("FI_FABQ_FAULTS"); spec != nullptr) {
+    std::string why;
+    if (!core::parse_fault_spec(spec, &rules, &why)) {
+      FABQ_WARN(FI_LOG_DOMAIN, "FI_FABQ_FAULTS: %s\n", why.c_str());
+      return -FI_EINVAL;
+    }
+  }
+  auto channel = core::AsyncChannel::create();
+  if (!channel.ok()) return channel.status().to_fi();
+  Domain* d = make_object<Domain>(fabric, *info, std::move(channel).value(), context);
   if (d == nullptr) return -FI_ENOMEM;
+  Registry::get().attach(d);
+  d->add_rules(rules);
   *out = d->handle();
   return 0;
 }

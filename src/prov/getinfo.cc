@@ -178,7 +178,7 @@ bool domain_ok(const fi_domain_attr* h, const Iface& iface) {
          av_type_ok(raw_enum(h->av_type)) && h->mr_key_size <= kMrKeySize &&
          h->cq_data_size <= kCqDataSize && h->cq_cnt <= p.cq_max_count && h->ep_cnt <= kEpCount &&
          h->tx_ctx_cnt <= kEpCount && h->rx_ctx_cnt <= kEpCount && h->max_ep_tx_ctx <= 1 &&
-         h->max_ep_rx_ctx <= 1 && h->max_ep_stx_ctx == 0 && h->max_ep_srx_ctx == 0 &&
+         h->max_ep_rx_ctx <= 1 && h->max_ep_stx_ctx == 0 && h->max_ep_srx_ctx <= 1 &&
          h->cntr_cnt <= p.cntr_max_count && h->mr_iov_limit <= 1 && subset(h->caps, kDomainCaps) &&
          h->auth_key_size == 0 && h->max_err_data <= core::kCqMaxErrData && h->mr_cnt == 0;
 }
@@ -270,7 +270,7 @@ fi_info* make_info(uint32_t version, const fi_info* hints, const Iface& iface,
   d->max_ep_tx_ctx = 1;
   d->max_ep_rx_ctx = 1;
   d->max_ep_stx_ctx = 0;
-  d->max_ep_srx_ctx = 0;
+  d->max_ep_srx_ctx = 1;
   d->cntr_cnt = p.cntr_max_count;
   d->mr_iov_limit = 1;
   d->caps = kDomainCaps;

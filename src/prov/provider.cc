@@ -67,6 +67,11 @@ extern "C" FI_EXT_INI {
                   "Microseconds a blocking read spins before it sleeps (FI_WAIT_UNSPEC, FD, "
                   "POLLFD, MUTEX_COND)",
                   /*allow_zero=*/true);
+  // Read at every fi_domain (so that it can differ between domains); defined here so that
+  // `fi_info -e` lists it. Grammar: include/fabq/fi_fabq.h, docs/fi_fabq.7.md.
+  fi_param_define(&fabq::prov::g_provider, "faults", FI_PARAM_STRING,
+                  "Fault rules applied to every domain opened while set, e.g. "
+                  "'event=ep_fatal,on=ep:0,ops=3; event=port_err,ms=100' (default: none)");
   g_params.eq_default_size = std::min(g_params.eq_default_size, g_params.eq_max_size);
   g_params.cq_default_size = std::min(g_params.cq_default_size, g_params.cq_max_size);
   return &fabq::prov::g_provider;

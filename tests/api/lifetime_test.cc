@@ -555,10 +555,24 @@ TEST_F(Lifetime, PollSetOpTablesHaveEverySlot) {
 // ----------------------------------------------------------------------------------------------
 // Operations that come with the transport: -FI_ENOSYS until then.
 
-TEST_F(Lifetime, EndpointIsNotSupported) {
+TEST_F(Lifetime, AnOpenEndpointKeepsItsDomainAndWhatItIsBoundTo) {
   fid_ep* ep = nullptr;
-  EXPECT_EQ(fi_endpoint(domain_, info_, &ep, nullptr), -FI_ENOSYS);
-  EXPECT_EQ(fi_endpoint2(domain_, info_, &ep, 0, nullptr), -FI_ENOSYS);
+  ASSERT_EQ(fi_endpoint(domain_, info_, &ep, nullptr), 0);
+  fid_cq* cq = open_cq({.size = 8});
+  fid_eq* eq = open_eq({.size = 8});
+  ASSERT_EQ(fi_ep_bind(ep, &cq->fid, FI_RECV), 0);
+  ASSERT_EQ(fi_ep_bind(ep, &eq->fid, 0), 0);
+  EXPECT_EQ(fi_close(&domain_->fid), -FI_EBUSY);
+  EXPECT_EQ(fi_close(&cq->fid), -FI_EBUSY);
+  EXPECT_EQ(fi_close(&eq->fid), -FI_EBUSY);
+  EXPECT_EQ(fi_close(&ep->fid), 0);
+  EXPECT_EQ(fi_close(&cq->fid), 0);
+  EXPECT_EQ(fi_close(&eq->fid), 0);
+  fid_ep* ep2 = nullptr;
+  EXPECT_EQ(fi_endpoint2(domain_, info_, &ep2, 1, nullptr), -FI_EBADFLAGS);
+  EXPECT_EQ(ep2, nullptr);
+  ASSERT_EQ(fi_endpoint2(domain_, info_, &ep2, 0, nullptr), 0);
+  EXPECT_EQ(fi_close(&ep2->fid), 0);
 }
 
 TEST_F(Lifetime, PassiveEndpointIsNotSupported) {
@@ -587,10 +601,17 @@ TEST_F(Lifetime, MrRegIsNotSupported) {
   EXPECT_EQ(fi_mr_regattr(domain_, &attr, 0, &mr), -FI_ENOSYS);
 }
 
-TEST_F(Lifetime, SrxContextIsNotSupported) {
+TEST_F(Lifetime, AnSrxContextIsHeldByTheEndpointsBoundToIt) {
   fi_rx_attr attr{};
-  fid_ep* rx = nullptr;
-  EXPECT_EQ(fi_srx_context(domain_, &attr, &rx, nullptr), -FI_ENOSYS);
+  fid_ep* srx = nullptr;
+  ASSERT_EQ(fi_srx_context(domain_, &attr, &srx, nullptr), 0);
+  fid_ep* ep = nullptr;
+  ASSERT_EQ(fi_endpoint(domain_, info_, &ep, nullptr), 0);
+  ASSERT_EQ(fi_ep_bind(ep, &srx->fid, 0), 0);
+  EXPECT_EQ(fi_close(&srx->fid), -FI_EBUSY);
+  EXPECT_EQ(fi_close(&domain_->fid), -FI_EBUSY);
+  EXPECT_EQ(fi_close(&ep->fid), 0);
+  EXPECT_EQ(fi_close(&srx->fid), 0);
 }
 
 TEST_F(Lifetime, StxContextIsNotSupported) {

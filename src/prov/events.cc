@@ -1,0 +1,390 @@
+#include "prov/events.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include "core/async_event.h"
+#include "prov/cq.h"
+#include "prov/domain.h"
+#include "prov/endpoint.h"
+#include "prov/eq.h"
+#include "prov/link_monitor.h"
+#include "prov/provider.h"
+
+namespace fabq::prov {
+
+FaultAction AsyncTarget::count_operation() {
+  FaultAction action;
+  if (!has_faults_.load(std::memory_order_acquire)) return action;
+  std::lock_guard lock(fault_mu_);
+  if (next_err_ != 0) {
+    action.err = std::exchange(next_err_, 0);
+    action.prov_errno = std::exchange(next_prov_errno_, 0);
+  }
+  for (ArmedFault& a : armed_) {
+    if (!a.trigger.on_operation()) continue;
+    if (a.rule->what == core::FaultWhat::kEvent) {
+      action.events.push_back(a.rule->event);
+    } else if (action.err == 0) {
+      action.err = a.rule->err;
+      action.prov_errno = a.rule->prov_errno;
+    }
+  }
+  return action;
+}
+
+void AsyncTarget::arm_next_failure(int err, int prov_errno) {
+  std::lock_guard lock(fault_mu_);
+  next_err_ = err;
+  next_prov_errno_ = prov_errno;
+  has_faults_.store(true, std::memory_order_release);
+}
+
+namespace {
+
+// One thread that runs callbacks at their deadlines; callbacks run without its lock held.
+class Timers {
+ public:
+  Timers() : thread_([this] { loop(); }) {}
+  ~Timers() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void add(uint64_t delay_ms, std::function<void()> fn) {
+    {
+      std::lock_guard lock(mu_);
+      due_.emplace(std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms),
+                   std::move(fn));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      if (due_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      auto first = due_.begin();
+      if (cv_.wait_until(lock, first->first) != std::cv_status::timeout) continue;
+      first = due_.begin();
+      if (first == due_.end() || first->first > std::chrono::steady_clock::now()) continue;
+      std::function<void()> fn = std::move(first->second);
+      due_.erase(first);
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> due_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+struct Device {
+  bool active = false;
+  std::vector<Domain*> domains;
+};
+
+uint32_t event_for(LinkChange c) {
+  switch (c) {
+    case LinkChange::kPortActive:
+      return FI_FABQ_EVENT_PORT_ACTIVE;
+    case LinkChange::kPortErr:
+      return FI_FABQ_EVENT_PORT_ERR;
+    case LinkChange::kAddrChange:
+      return FI_FABQ_EVENT_ADDR_CHANGE;
+    case LinkChange::kGidChange:
+      return FI_FABQ_EVENT_GID_CHANGE;
+    case LinkChange::kDeviceGone:
+      return FI_FABQ_EVENT_DEVICE_FATAL;
+  }
+  return 0;
+}
+
+// Puts the event in the domain's channel and, for an error kind, on the object's EQ.
+void deliver(Domain* d, fid_t fid, core::AsyncTracker* tracker, Eq* eq,
+             const core::AsyncKind& kind) {
+  core::AsyncEvent ev{.type = kind.type,
+                      .port_num = kind.object == core::AsyncObject::kPort ? 1u : 0u,
+                      .fid = fid,
+                      .context = fid->context,
+                      .tracker = tracker};
+  d->channel().push(ev);
+  FABQ_INFO(FI_LOG_DOMAIN, "%s: %s on %p\n", d->name().c_str(), kind.name, static_cast<void*>(fid));
+  if (!kind.error || eq == nullptr) return;
+  core::EqError err{.fid = fid,
+                    .context = fid->context,
+                    .err = kind.err,
+                    .prov_errno = static_cast<int>(kind.type)};
+  // A full EQ enters the overrun state, which reports itself: the event is not lost silently.
+  if (!eq->queue().write_error(err).ok()) {
+    FABQ_WARN(FI_LOG_EQ, "%s not written: the EQ is overrun\n", kind.name);
+  }
+}
+
+}  // namespace
+
+struct Registry::Impl {
+  std::recursive_mutex mu;
+  std::map<std::string, Device> devices;
+  std::map<uint64_t, Domain*> domains;
+  uint64_t next_id = 1;
+  std::unique_ptr<LinkMonitor> monitor;
+  std::unique_ptr<Timers> timers;
+};
+
+Registry::Registry() : impl_(new Impl) {}
+
+Registry& Registry::get() {
+  // Never destroyed: domains may close from other static destructors.
+  static Registry* r = new Registry;
+  return *r;
+}
+
+void Registry::attach(Domain* d) {
+  std::lock_guard lock(impl_->mu);
+  d->id_ = impl_->next_id++;
+  impl_->domains[d->id_] = d;
+  if (!impl_->monitor) {
+    impl_->monitor =
+        std::make_unique<LinkMonitor>([this](const std::string& ifname, LinkChange change) {
+          if (uint32_t type = event_for(change)) raise_device(ifname, type);
+        });
+    if (!impl_->monitor->ok()) {
+      FABQ_WARN(FI_LOG_DOMAIN, "netlink unavailable: port events come from injection only\n");
+    }
+  }
+  auto [it, fresh] = impl_->devices.try_emplace(d->name());
+  if (fresh) {
+    impl_->monitor->watch(d->name());
+    it->second.active = query_link(d->name()).active;
+  }
+  it->second.domains.push_back(d);
+}
+
+core::Status Registry::close_domain(Domain* d) {
+  std::unique_ptr<LinkMonitor> old_monitor;
+  std::unique_ptr<Timers> old_timers;
+  core::Status s;
+  {
+    std::lock_guard lock(impl_->mu);
+    s = d->channel().retire(d->tracker(), [&]() -> core::Status {
+      if (d->busy()) return core::Code::kBusy;
+      impl_->domains.erase(d->id_);
+      auto it = impl_->devices.find(d->name());
+      if (it != impl_->devices.end()) {
+        std::erase(it->second.domains, d);
+        if (it->second.domains.empty()) {
+          impl_->monitor->unwatch(d->name());
+          impl_->devices.erase(it);
+        }
+      }
+      if (impl_->domains.empty()) {
+        old_monitor = std::move(impl_->monitor);
+        old_timers = std::move(impl_->timers);
+      }
+      return core::OkStatus();
+    });
+  }
+  // Their threads may be waiting for the registry's lock: stop them after releasing it.
+  old_monitor.reset();
+  old_timers.reset();
+  if (s.ok()) delete d;
+  return s;
+}
+
+void Registry::raise_device(const std::string& ifname, uint32_t type) {
+  const core::AsyncKind* kind = core::async_kind(type);
+  if (kind == nullptr) return;
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->devices.find(ifname);
+  if (it == impl_->devices.end()) return;
+  if (type == FI_FABQ_EVENT_PORT_ERR) it->second.active = false;
+  if (type == FI_FABQ_EVENT_PORT_ACTIVE) it->second.active = true;
+  for (Domain* d : it->second.domains) {
+    if (type == FI_FABQ_EVENT_DEVICE_FATAL) d->fail();
+    deliver(d, &d->handle()->fid, d->tracker(), d->eq(), *kind);
+  }
+}
+
+int Registry::port_state(const std::string& ifname) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->devices.find(ifname);
+  if (it == impl_->devices.end()) return -FI_EINVAL;
+  return it->second.active ? FI_FABQ_PORT_ACTIVE : FI_FABQ_PORT_DOWN;
+}
+
+void Registry::schedule(uint64_t domain_id, uint64_t delay_ms, uint64_t target_serial,
+                        std::shared_ptr<const core::FaultRule> rule) {
+  std::lock_guard lock(impl_->mu);
+  if (!impl_->timers) impl_->timers = std::make_unique<Timers>();
+  impl_->timers->add(
+      delay_ms, [this, domain_id, target_serial, rule] { fire(domain_id, target_serial, rule); });
+}
+
+void Registry::fire(uint64_t domain_id, uint64_t target_serial,
+                    const std::shared_ptr<const core::FaultRule>& rule) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->domains.find(domain_id);
+  if (it != impl_->domains.end()) it->second->fire_timed(target_serial, rule);
+}
+
+void raise(Domain* d, AsyncTarget* t, uint32_t type) {
+  const core::AsyncKind* kind = core::async_kind(type);
+  if (kind == nullptr) return;
+  if (kind->object == core::AsyncObject::kPort || kind->object == core::AsyncObject::kDevice) {
+    Registry::get().raise_device(d->name(), type);
+    return;
+  }
+  std::lock_guard lock(d->mu_);
+  switch (t->kind()) {
+    case core::FaultTargetKind::kEndpoint: {
+      auto* ep = static_cast<Endpoint*>(t);
+      deliver(d, t->target_fid(), t->tracker(), ep->eq(), *kind);
+      if (type == FI_FABQ_EVENT_EP_FATAL || type == FI_FABQ_EVENT_EP_REQ_ERR ||
+          type == FI_FABQ_EVENT_EP_ACCESS_ERR) {
+        // An endpoint sharing a receive context stops consuming from it (verbs' QP
+        // LAST_WQE_REACHED).
+        if (ep->fail(type) && ep->srx() != nullptr) {
+          deliver(d, t->target_fid(), t->tracker(), ep->eq(),
+                  *core::async_kind(FI_FABQ_EVENT_LAST_WQE_REACHED));
+        }
+      }
+      break;
+    }
+    case core::FaultTargetKind::kCq:
+      deliver(d, t->target_fid(), t->tracker(), d->eq(), *kind);
+      static_cast<Cq*>(t)->queue().enter_overrun();
+      break;
+    case core::FaultTargetKind::kSrx: {
+      auto* srx = static_cast<Srx*>(t);
+      deliver(d, t->target_fid(), t->tracker(), d->eq(), *kind);
+      if (type == FI_FABQ_EVENT_SRX_ERR && srx->fail()) {
+        for (Endpoint* ep : srx->endpoints()) raise(d, ep, FI_FABQ_EVENT_EP_FATAL);
+      }
+      break;
+    }
+    case core::FaultTargetKind::kDomain:
+      break;
+  }
+}
+
+}  // namespace fabq::prov
+
+namespace fabq::prov {
+namespace {
+
+Domain* domain_of(fid_domain* d) {
+  return Domain::from_fid(d != nullptr ? &d->fid : nullptr);
+}
+
+int get_event(fid_domain* dom, fi_fabq_async_event* event, int timeout) {
+  Domain* d = domain_of(dom);
+  if (d == nullptr || event == nullptr) return -FI_EINVAL;
+  auto r = d->channel().get(timeout);
+  if (!r.ok()) return r.status().to_fi();
+  const core::AsyncEvent& ev = r.value();
+  *event = {.type = ev.type,
+            .port_num = ev.port_num,
+            .fid = ev.fid,
+            .context = ev.context,
+            .time_ns = ev.time_ns,
+            .seq = ev.seq};
+  return 0;
+}
+
+int get_fd(fid_domain* dom, int* fd) {
+  Domain* d = domain_of(dom);
+  if (d == nullptr || fd == nullptr) return -FI_EINVAL;
+  *fd = d->channel().fd();
+  return 0;
+}
+
+int ack_event(fid_domain* dom, const fi_fabq_async_event* event) {
+  Domain* d = domain_of(dom);
+  if (d == nullptr || event == nullptr) return -FI_EINVAL;
+  return d->channel().ack(event->seq, event->fid).to_fi();
+}
+
+const char* event_type_str(uint32_t type) {
+  return core::async_event_type_str(type);
+}
+
+int inject(fid_domain* dom, const char* spec) {
+  Domain* d = domain_of(dom);
+  if (d == nullptr || spec == nullptr) return -FI_EINVAL;
+  std::vector<core::FaultRule> rules;
+  std::string why;
+  if (!core::parse_fault_spec(spec, &rules, &why)) {
+    FABQ_WARN(FI_LOG_DOMAIN, "inject: %s\n", why.c_str());
+    return -FI_EINVAL;
+  }
+  d->add_rules(rules);
+  return 0;
+}
+
+int set_name(fid* f, const char* name) {
+  if (f == nullptr) return -FI_EINVAL;
+  AsyncTarget* t = nullptr;
+  Domain* d = nullptr;
+  if (Endpoint* e = Endpoint::from_fid(f)) {
+    t = e;
+    d = e->domain();
+  } else if (Cq* cq = Cq::from_fid(f)) {
+    t = cq;
+    d = cq->domain();
+  } else if (Srx* s = Srx::from_fid(f)) {
+    t = s;
+    d = s->domain();
+  }
+  if (t == nullptr) return -FI_EINVAL;
+  return d->set_target_name(t, name);
+}
+
+int srx_arm_limit(fid_ep* srx, size_t limit) {
+  Srx* s = Srx::from_fid(srx != nullptr ? &srx->fid : nullptr);
+  if (s == nullptr) return -FI_EINVAL;
+  s->arm_limit(limit);
+  return 0;
+}
+
+int port_state(fid_domain* dom) {
+  Domain* d = domain_of(dom);
+  if (d == nullptr) return -FI_EINVAL;
+  return Registry::get().port_state(d->name());
+}
+
+fi_fabq_async_ops g_async_ops = {
+    .size = sizeof(fi_fabq_async_ops),
+    .get_event = get_event,
+    .get_fd = get_fd,
+    .ack_event = ack_event,
+    .event_type_str = event_type_str,
+    .inject = inject,
+    .set_name = set_name,
+    .srx_arm_limit = srx_arm_limit,
+    .port_state = port_state,
+};
+
+}  // namespace
+
+int open_async_ops(Domain*, uint64_t flags, void** ops) {
+  if (flags != 0) return -FI_EBADFLAGS;
+  *ops = &g_async_ops;
+  return 0;
+}
+
+}  // namespace fabq::prov

@@ -1,0 +1,110 @@
+// fabq provider: asynchronous events and fault injection (include/fabq/fi_fabq.h).
+//
+// Who does what:
+//   - AsyncTarget is embedded in every object an event can be about (domain, endpoint, CQ,
+//     SRX): the channel's accounting for it, its index and name for fault targets, and the
+//     fault triggers armed on it.
+//   - Each Domain owns a core::AsyncChannel. raise() puts an event in it and, for error kinds,
+//     an fi_eq_err_entry on the EQ bound to the object, and applies the event's effect
+//     (endpoint failure, CQ overrun, SRX failure, domain failure, port state).
+//   - Devices (one per interface name) are process-wide: port and device events reach every
+//     domain opened on that interface. The registry starts the link monitor (netlink) and the
+//     fault timer thread with the first domain and stops them with the last.
+//
+// Lock order (outer first): registry mutex (recursive), Domain::mu_ (recursive), an
+// endpoint's or SRX's own mutex, the channel's mutex. raise() takes what it needs; it may be
+// called holding the registry's and the domain's mutex, never an endpoint's or SRX's.
+#pragma once
+
+#include <rdma/fabric.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/async_channel.h"
+#include "core/fault_spec.h"
+#include "fabq/fi_fabq.h"
+
+namespace fabq::prov {
+
+class Domain;
+
+// A fault rule armed on one object.
+struct ArmedFault {
+  std::shared_ptr<const core::FaultRule> rule;
+  core::FaultTrigger trigger;
+};
+
+// What a counted operation must do, decided by the triggers that fired on it.
+struct FaultAction {
+  int err = 0;  // nonzero: the operation completes in error with this err / prov_errno
+  int prov_errno = 0;
+  std::vector<uint32_t> events;  // events to raise on the object after the operation
+  bool any() const { return err != 0 || !events.empty(); }
+};
+
+class AsyncTarget {
+ public:
+  AsyncTarget(core::FaultTargetKind kind, fid_t fid) : kind_(kind), fid_(fid) {}
+  core::FaultTargetKind kind() const { return kind_; }
+  fid_t target_fid() const { return fid_; }
+  core::AsyncTracker* tracker() { return &tracker_; }
+
+  // Counts one operation against the armed triggers. Cheap when nothing is armed.
+  FaultAction count_operation();
+  // A kNow/kMs error rule on an endpoint fails its next operation: taken here.
+  void arm_next_failure(int err, int prov_errno);
+
+ private:
+  friend class Domain;
+  const core::FaultTargetKind kind_;
+  const fid_t fid_;
+  core::AsyncTracker tracker_;  // guarded by the domain's channel
+  int64_t index_ = -1;          // order of opening in the domain, per kind
+  std::string name_;            // set_name(); guarded by Domain::mu_
+  uint64_t serial_ = 0;         // unique in the domain; timers refer to targets by it
+  std::mutex fault_mu_;         // guards armed_, next_err_
+  std::vector<ArmedFault> armed_;
+  std::atomic<bool> has_faults_{false};
+  int next_err_ = 0;
+  int next_prov_errno_ = 0;
+};
+
+// fi_open_ops(domain, FI_FABQ_ASYNC_OPS, ...).
+int open_async_ops(Domain* domain, uint64_t flags, void** ops);
+
+// Raises `type` on `target` (owned by `domain`; for port and device kinds, the domain's own
+// target), with every effect fi_fabq.h lists.
+void raise(Domain* domain, AsyncTarget* target, uint32_t type);
+
+// Process-wide devices. attach() is called when a domain opens (it learns the port state and
+// starts the monitor), detach_and_close() when it closes.
+class Registry {
+ public:
+  static Registry& get();
+  void attach(Domain* d);
+  // The domain's close: kBusy while it has unacknowledged events or open children, else
+  // detaches it and destroys it.
+  core::Status close_domain(Domain* d);
+  // Raises a port or device event on every domain of `ifname`.
+  void raise_device(const std::string& ifname, uint32_t type);
+  int port_state(const std::string& ifname);
+  // Fires `rule` on the target with this serial of the domain with this id after delay_ms,
+  // unless the domain or the target has closed by then.
+  void schedule(uint64_t domain_id, uint64_t delay_ms, uint64_t target_serial,
+                std::shared_ptr<const core::FaultRule> rule);
+  // The same, now, on the calling thread (which must hold no domain, endpoint or SRX lock).
+  void fire(uint64_t domain_id, uint64_t target_serial,
+            const std::shared_ptr<const core::FaultRule>& rule);
+
+ private:
+  struct Impl;
+  Registry();
+  Impl* impl_;
+};
+
+}  // namespace fabq::prov
