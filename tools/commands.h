@@ -6,5 +6,6 @@ namespace fabq::tools {
 
 int run_demo(int argc, char** argv);
 int run_bench(int argc, char** argv);
+int run_events(int argc, char** argv);
 
 }  // namespace fabq::tools

@@ -1,4 +1,4 @@
-// fabq: the command-line tool. Subcommands grow with the project; today: demo and bench.
+// fabq: the command-line tool. Subcommands grow with the project; today: demo, bench, events.
 #include <cstdio>
 #include <cstring>
 
@@ -14,6 +14,7 @@ void usage(FILE* out) {
                "commands:\n"
                "  demo      show the core event and completion queue engine at work\n"
                "  bench     benchmark fabq against libfabric's own providers (--help)\n"
+               "  events    print a domain's asynchronous events as they arrive (--help)\n"
                "  version   print the fabq version\n");
 }
 
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   const char* cmd = argv[1];
   if (std::strcmp(cmd, "demo") == 0) return fabq::tools::run_demo(argc - 1, argv + 1);
   if (std::strcmp(cmd, "bench") == 0) return fabq::tools::run_bench(argc - 1, argv + 1);
+  if (std::strcmp(cmd, "events") == 0) return fabq::tools::run_events(argc - 1, argv + 1);
   if (std::strcmp(cmd, "version") == 0) {
     std::printf("fabq %s\n", FABQ_VERSION_STRING);
     return 0;

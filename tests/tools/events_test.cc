@@ -1,0 +1,64 @@
+// `fabq events`: "opens a domain and prints each asynchronous event as it arrives, one line
+// with a timestamp, the kind and the object, and acknowledges it." Run as a user runs it.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <regex>
+#include <string>
+
+namespace {
+
+struct ToolRun {
+  int status = -1;
+  std::string out;
+};
+
+// Runs the tool with a timeout of its own (`timeout` from coreutils), so that a hang fails.
+ToolRun run_tool(const std::string& args) {
+  setenv("LSAN_OPTIONS", "suppressions=" FABQ_LSAN_SUPPRESSIONS, 1);
+  setenv("FI_PROVIDER_PATH", FABQ_PROV_DIR, 1);
+  const std::string cmd = "timeout 30 " + std::string(FABQ_TOOL) + " " + args + " 2>&1";
+  ToolRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+TEST(FabqEvents, PrintsEachEventWithItsTimeKindAndObjectAndAcknowledgesIt) {
+  const ToolRun r = run_tool(
+      "events --domain lo --count 2 "
+      "--faults 'event=port_err,ms=50; event=port_active,ms=100'");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("watching domain lo"), std::string::npos) << r.out;
+  const std::regex line(
+      R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z  FI_FABQ_EVENT_PORT_ERR +port 1 of lo)");
+  EXPECT_TRUE(std::regex_search(r.out, line)) << r.out;
+  EXPECT_NE(r.out.find("EQ error entry: err Network is down"), std::string::npos) << r.out;
+  const size_t err = r.out.find("FI_FABQ_EVENT_PORT_ERR");
+  const size_t active = r.out.find("FI_FABQ_EVENT_PORT_ACTIVE");
+  ASSERT_NE(active, std::string::npos) << r.out;
+  EXPECT_LT(err, active) << "in the order they happened";
+  EXPECT_NE(r.out.find("2 events"), std::string::npos) << r.out;
+}
+
+TEST(FabqEvents, StopsAfterSecondsWhenNothingHappens) {
+  const ToolRun r = run_tool("events --domain lo --seconds 1");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("0 events"), std::string::npos) << r.out;
+}
+
+TEST(FabqEvents, BadArgumentsAreRefused) {
+  EXPECT_EQ(run_tool("events --count 0").status, 2);
+  EXPECT_EQ(run_tool("events --frobnicate").status, 2);
+  EXPECT_EQ(run_tool("events --domain lo --seconds 1 --faults 'event=nonsense'").status, 2);
+  EXPECT_EQ(run_tool("events --domain no-such-interface --seconds 1").status, 1);
+}
+
+}  // namespace
