@@ -31,8 +31,9 @@
  *   domain's EQ (fi_domain_bind) for CQ, SRX, port and device kinds. The entry has
  *   fid = the affected object (the domain for port and device kinds), context = that
  *   object's fid->context, err = the errno listed in the table, prov_errno = the event kind,
- *   and fi_eq_strerror() names the kind. Info kinds go to the channel only. Without a bound
- *   EQ the event still reaches the channel.
+ *   and fi_eq_strerror() names the kind. The EQ entry is written before the event enters the
+ *   channel, so a reader of the channel finds it already there. Info kinds go to the channel
+ *   only. Without a bound EQ the event still reaches the channel.
  *
  *   A fatal event leaves its object in an error state until it is closed: an endpoint after
  *   FI_FABQ_EVENT_EP_FATAL, FI_FABQ_EVENT_EP_REQ_ERR or FI_FABQ_EVENT_EP_ACCESS_ERR fails

@@ -114,9 +114,20 @@ uint32_t event_for(LinkChange c) {
   return 0;
 }
 
-// Puts the event in the domain's channel and, for an error kind, on the object's EQ.
+// Puts the event in the domain's channel and, for an error kind, on the object's EQ first, so
+// that a reader woken by the channel finds the EQ entry already there.
 void deliver(Domain* d, fid_t fid, core::AsyncTracker* tracker, Eq* eq,
              const core::AsyncKind& kind) {
+  if (kind.error && eq != nullptr) {
+    core::EqError err{.fid = fid,
+                      .context = fid->context,
+                      .err = kind.err,
+                      .prov_errno = static_cast<int>(kind.type)};
+    // A full EQ enters the overrun state, which reports itself: the event is not lost silently.
+    if (!eq->queue().write_error(err).ok()) {
+      FABQ_WARN(FI_LOG_EQ, "%s not written: the EQ is overrun\n", kind.name);
+    }
+  }
   core::AsyncEvent ev{.type = kind.type,
                       .port_num = kind.object == core::AsyncObject::kPort ? 1u : 0u,
                       .fid = fid,
@@ -124,15 +135,6 @@ void deliver(Domain* d, fid_t fid, core::AsyncTracker* tracker, Eq* eq,
                       .tracker = tracker};
   d->channel().push(ev);
   FABQ_INFO(FI_LOG_DOMAIN, "%s: %s on %p\n", d->name().c_str(), kind.name, static_cast<void*>(fid));
-  if (!kind.error || eq == nullptr) return;
-  core::EqError err{.fid = fid,
-                    .context = fid->context,
-                    .err = kind.err,
-                    .prov_errno = static_cast<int>(kind.type)};
-  // A full EQ enters the overrun state, which reports itself: the event is not lost silently.
-  if (!eq->queue().write_error(err).ok()) {
-    FABQ_WARN(FI_LOG_EQ, "%s not written: the EQ is overrun\n", kind.name);
-  }
 }
 
 }  // namespace
@@ -146,12 +148,18 @@ struct Registry::Impl {
   std::unique_ptr<Timers> timers;
 };
 
-Registry::Registry() : impl_(new Impl) {}
+Registry::Registry() : impl_(std::make_unique<Impl>()) {}
+
+// Runs when the provider is unloaded. Every domain should be closed by then, and the threads
+// gone with the last one. If the application left one open, its threads keep running until
+// the process ends: they are not joined from an exit handler, and what they use stays.
+Registry::~Registry() {
+  if (impl_->monitor || impl_->timers) (void)impl_.release();
+}
 
 Registry& Registry::get() {
-  // Never destroyed: domains may close from other static destructors.
-  static Registry* r = new Registry;
-  return *r;
+  static Registry r;
+  return r;
 }
 
 void Registry::attach(Domain* d) {

@@ -104,7 +104,8 @@ class Registry {
  private:
   struct Impl;
   Registry();
-  Impl* impl_;
+  ~Registry();
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace fabq::prov
