@@ -67,9 +67,10 @@ struct Session {
   fid_fabric* fabric = nullptr;
   fid_domain* domain = nullptr;
   fid_eq* eq = nullptr;
+  // The domain holds the EQ bound to it, and the fabric both: domain, EQ, fabric.
   ~Session() {
-    if (eq) fi_close(&eq->fid);
     if (domain) fi_close(&domain->fid);
+    if (eq) fi_close(&eq->fid);
     if (fabric) fi_close(&fabric->fid);
     if (info) fi_freeinfo(info);
   }
