@@ -61,6 +61,24 @@ TEST_F(FaultInjection, AnEventRuleOnTheNthOperationRaisesIt) {
   EXPECT_EQ(ops_->ack_event(domain_, &ev), 0);
 }
 
+TEST_F(FaultInjection, ADomainsOperationsAreTheObjectsOpenedOnIt) {
+  inject("event=port_err,ops=2");
+  cq_ = open_cq({.size = 4});
+  fi_fabq_async_event ev;
+  EXPECT_EQ(ops_->get_event(domain_, &ev, 0), -FI_EAGAIN);
+  fid_cntr* cntr = open_cntr({.events = FI_CNTR_EVENTS_COMP});
+  ev = get(0);
+  EXPECT_EQ(ev.type, static_cast<uint32_t>(FI_FABQ_EVENT_PORT_ERR));
+  EXPECT_EQ(ops_->ack_event(domain_, &ev), 0);
+  EXPECT_EQ(fi_close(&cntr->fid), 0);
+}
+
+TEST_F(FaultInjection, AnOpsRuleWithACountFiresOnEveryNthOperation) {
+  open_endpoint();
+  inject("error=FI_EIO,on=ep:0,ops=2,count=0");
+  EXPECT_EQ(failing_posts(7, cq_), (std::vector<int>{2, 4, 6}));
+}
+
 TEST_F(FaultInjection, AMsRuleFiresAfterItsDelayAndRepeatsUpToCount) {
   const auto start = Clock::now();
   inject("event=sm_change,ms=100,count=2");
