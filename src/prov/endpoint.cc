@@ -83,6 +83,7 @@ struct EpOps {
         if (flags & FI_RECV) {
           cq->hold();
           e->rx_cq_ = cq;
+          e->rx_cq_seen_.store(cq, std::memory_order_release);
         }
         return 0;
       }
@@ -249,11 +250,6 @@ Endpoint::~Endpoint() {
 Eq* Endpoint::eq() {
   std::lock_guard lock(mu_);
   return eq_;
-}
-
-Cq* Endpoint::rx_cq() {
-  std::lock_guard lock(mu_);
-  return rx_cq_;
 }
 
 Srx* Endpoint::srx() {

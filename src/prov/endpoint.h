@@ -25,6 +25,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -55,7 +56,8 @@ class Endpoint final : public Object, public AsyncTarget {
   Domain* domain() const { return domain_; }
   Eq* eq();
   Srx* srx();
-  Cq* rx_cq();
+  // Without the endpoint's lock: an SRX asks while holding its own (lock order: endpoint, SRX).
+  Cq* rx_cq() const { return rx_cq_seen_.load(std::memory_order_acquire); }
   // Puts the endpoint in the error state and fails its posted receives with `type` as
   // prov_errno. True the first time.
   bool fail(uint32_t type);
@@ -78,6 +80,7 @@ class Endpoint final : public Object, public AsyncTarget {
   Cntr* tx_cntr_ = nullptr;
   Cntr* rx_cntr_ = nullptr;
   Srx* srx_ = nullptr;
+  std::atomic<Cq*> rx_cq_seen_{nullptr};  // rx_cq_, published at bind (release)
   std::vector<PostedRecv> posted_;
 };
 
