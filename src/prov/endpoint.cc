@@ -43,14 +43,61 @@ core::CompletionError recv_error(const PostedRecv& r, int err, int prov_errno) {
 
 }  // namespace
 
-struct EpOps {
-  static Endpoint* ep(fid_ep* f) { return Endpoint::from_fid(f ? &f->fid : nullptr); }
+// What endpoints and SRX contexts share: closing, posting receives and cancelling them. `T`
+// is Endpoint or Srx.
+template <class T>
+struct Receives {
+  static T* of(fid_ep* f) { return T::from_fid(f ? &f->fid : nullptr); }
 
-  static int close(fid* f) {
-    Endpoint* e = Endpoint::from_fid(f);
-    if (e == nullptr) return -FI_EINVAL;
-    return close_target(e);
+  static int close(fid* f) { return close_target(T::from_fid(f)); }
+
+  static ssize_t cancel(fid* f, void* context) {
+    T* t = T::from_fid(f);
+    if (t == nullptr) return -FI_EINVAL;
+    return t->cancel(context);
   }
+
+  static ssize_t recv(fid_ep* f, void* buf, size_t len, void*, fi_addr_t, void* context) {
+    T* t = of(f);
+    if (t == nullptr) return -FI_EINVAL;
+    return t->post_recv(buf, len, context);
+  }
+
+  static ssize_t recvv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t,
+                       void* context) {
+    T* t = of(f);
+    if (t == nullptr) return -FI_EINVAL;
+    void* buf;
+    size_t len;
+    if (!single_buffer(iov, count, t->iov_limit_, &buf, &len)) return -FI_EINVAL;
+    return t->post_recv(buf, len, context);
+  }
+
+  static ssize_t recvmsg(fid_ep* f, const fi_msg* msg, uint64_t) {
+    T* t = of(f);
+    if (t == nullptr || msg == nullptr) return -FI_EINVAL;
+    void* buf;
+    size_t len;
+    if (!single_buffer(msg->msg_iov, msg->iov_count, t->iov_limit_, &buf, &len)) {
+      return -FI_EINVAL;
+    }
+    return t->post_recv(buf, len, msg->context);
+  }
+
+  static inline fi_ops_ep ep_ops_ = {
+      .size = sizeof(fi_ops_ep),
+      .cancel = cancel,
+      .getopt = enosys<fid*, int, int, void*, size_t*>,
+      .setopt = enosys<fid*, int, int, const void*, size_t>,
+      .tx_ctx = enosys<fid_ep*, int, fi_tx_attr*, fid_ep**, void*>,
+      .rx_ctx = enosys<fid_ep*, int, fi_rx_attr*, fid_ep**, void*>,
+      .rx_size_left = enosys_ssize<fid_ep*>,
+      .tx_size_left = enosys_ssize<fid_ep*>,
+  };
+};
+
+struct EpOps {
+  using R = Receives<Endpoint>;
 
   static int bind(fid* f, fid* bfid, uint64_t flags) {
     Endpoint* e = Endpoint::from_fid(f);
@@ -127,43 +174,10 @@ struct EpOps {
     return 0;
   }
 
-  static ssize_t cancel(fid* f, void* context) {
-    Endpoint* e = Endpoint::from_fid(f);
-    if (e == nullptr) return -FI_EINVAL;
-    return e->cancel(context);
-  }
-
-  static ssize_t recv(fid_ep* f, void* buf, size_t len, void*, fi_addr_t, void* context) {
-    Endpoint* e = ep(f);
-    if (e == nullptr) return -FI_EINVAL;
-    return e->post_recv(buf, len, context, 0);
-  }
-
-  static ssize_t recvv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t,
-                       void* context) {
-    Endpoint* e = ep(f);
-    if (e == nullptr) return -FI_EINVAL;
-    void* buf;
-    size_t len;
-    if (!single_buffer(iov, count, e->iov_limit_, &buf, &len)) return -FI_EINVAL;
-    return e->post_recv(buf, len, context, 0);
-  }
-
-  static ssize_t recvmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
-    Endpoint* e = ep(f);
-    if (e == nullptr || msg == nullptr) return -FI_EINVAL;
-    void* buf;
-    size_t len;
-    if (!single_buffer(msg->msg_iov, msg->iov_count, e->iov_limit_, &buf, &len)) {
-      return -FI_EINVAL;
-    }
-    return e->post_recv(buf, len, msg->context, flags);
-  }
-
   // Until the transport connects endpoints, there is no peer to send to.
   template <class... Args>
   static ssize_t not_connected(fid_ep* f, Args...) {
-    Endpoint* e = ep(f);
+    Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     std::lock_guard lock(e->mu_);
     if (e->failed_ || !e->enabled_) return -FI_EOPBADSTATE;
@@ -172,22 +186,12 @@ struct EpOps {
 
   static inline fi_ops fi_ops_ = {
       .size = sizeof(fi_ops),
-      .close = close,
+      .close = R::close,
       .bind = bind,
       .control = control,
       .ops_open = no_ops_open,
       .tostr = no_tostr,
       .ops_set = no_ops_set,
-  };
-  static inline fi_ops_ep ep_ops_ = {
-      .size = sizeof(fi_ops_ep),
-      .cancel = cancel,
-      .getopt = enosys<fid*, int, int, void*, size_t*>,
-      .setopt = enosys<fid*, int, int, const void*, size_t>,
-      .tx_ctx = enosys<fid_ep*, int, fi_tx_attr*, fid_ep**, void*>,
-      .rx_ctx = enosys<fid_ep*, int, fi_rx_attr*, fid_ep**, void*>,
-      .rx_size_left = enosys_ssize<fid_ep*>,
-      .tx_size_left = enosys_ssize<fid_ep*>,
   };
   static inline fi_ops_cm cm_ops_ = {
       .size = sizeof(fi_ops_cm),
@@ -203,9 +207,9 @@ struct EpOps {
   };
   static inline fi_ops_msg msg_ops_ = {
       .size = sizeof(fi_ops_msg),
-      .recv = recv,
-      .recvv = recvv,
-      .recvmsg = recvmsg,
+      .recv = R::recv,
+      .recvv = R::recvv,
+      .recvmsg = R::recvmsg,
       .send = not_connected<const void*, size_t, void*, fi_addr_t, void*>,
       .sendv = not_connected<const iovec*, void**, size_t, fi_addr_t, void*>,
       .sendmsg = not_connected<const fi_msg*, uint64_t>,
@@ -226,7 +230,7 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
       rx_size_(info.rx_attr && info.rx_attr->size ? info.rx_attr->size : 1024),
       iov_limit_(info.rx_attr && info.rx_attr->iov_limit ? info.rx_attr->iov_limit : 4) {
   init_fid(&box_.fid.fid, FI_CLASS_EP, context, &EpOps::fi_ops_);
-  box_.fid.ops = &EpOps::ep_ops_;
+  box_.fid.ops = &Receives<Endpoint>::ep_ops_;
   box_.fid.cm = &EpOps::cm_ops_;
   box_.fid.msg = &EpOps::msg_ops_;
   box_.owner = this;
@@ -257,7 +261,7 @@ Srx* Endpoint::srx() {
   return srx_;
 }
 
-ssize_t Endpoint::post_recv(void* buf, size_t len, void* context, uint64_t) {
+ssize_t Endpoint::post_recv(void* buf, size_t len, void* context) {
   FaultAction action;
   std::vector<uint32_t> cq_events;
   Cq* cq = nullptr;
@@ -327,71 +331,22 @@ bool Endpoint::fail(uint32_t type) {
 // --- shared receive contexts
 
 struct SrxOps {
-  static Srx* srx(fid_ep* f) { return Srx::from_fid(f ? &f->fid : nullptr); }
-
-  static int close(fid* f) {
-    Srx* s = Srx::from_fid(f);
-    if (s == nullptr) return -FI_EINVAL;
-    return close_target(s);
-  }
-
-  static ssize_t cancel(fid* f, void* context) {
-    Srx* s = Srx::from_fid(f);
-    if (s == nullptr) return -FI_EINVAL;
-    return s->cancel(context);
-  }
-
-  static ssize_t recv(fid_ep* f, void* buf, size_t len, void*, fi_addr_t, void* context) {
-    Srx* s = srx(f);
-    if (s == nullptr) return -FI_EINVAL;
-    return s->post_recv(buf, len, context);
-  }
-
-  static ssize_t recvv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t,
-                       void* context) {
-    Srx* s = srx(f);
-    if (s == nullptr) return -FI_EINVAL;
-    void* buf;
-    size_t len;
-    if (!single_buffer(iov, count, s->iov_limit_, &buf, &len)) return -FI_EINVAL;
-    return s->post_recv(buf, len, context);
-  }
-
-  static ssize_t recvmsg(fid_ep* f, const fi_msg* msg, uint64_t) {
-    Srx* s = srx(f);
-    if (s == nullptr || msg == nullptr) return -FI_EINVAL;
-    void* buf;
-    size_t len;
-    if (!single_buffer(msg->msg_iov, msg->iov_count, s->iov_limit_, &buf, &len)) {
-      return -FI_EINVAL;
-    }
-    return s->post_recv(buf, len, msg->context);
-  }
+  using R = Receives<Srx>;
 
   static inline fi_ops fi_ops_ = {
       .size = sizeof(fi_ops),
-      .close = close,
+      .close = R::close,
       .bind = no_bind,
       .control = no_control,
       .ops_open = no_ops_open,
       .tostr = no_tostr,
       .ops_set = no_ops_set,
   };
-  static inline fi_ops_ep ep_ops_ = {
-      .size = sizeof(fi_ops_ep),
-      .cancel = cancel,
-      .getopt = enosys<fid*, int, int, void*, size_t*>,
-      .setopt = enosys<fid*, int, int, const void*, size_t>,
-      .tx_ctx = enosys<fid_ep*, int, fi_tx_attr*, fid_ep**, void*>,
-      .rx_ctx = enosys<fid_ep*, int, fi_rx_attr*, fid_ep**, void*>,
-      .rx_size_left = enosys_ssize<fid_ep*>,
-      .tx_size_left = enosys_ssize<fid_ep*>,
-  };
   static inline fi_ops_msg msg_ops_ = {
       .size = sizeof(fi_ops_msg),
-      .recv = recv,
-      .recvv = recvv,
-      .recvmsg = recvmsg,
+      .recv = R::recv,
+      .recvv = R::recvv,
+      .recvmsg = R::recvmsg,
       .send = enosys_ssize<fid_ep*, const void*, size_t, void*, fi_addr_t, void*>,
       .sendv = enosys_ssize<fid_ep*, const iovec*, void**, size_t, fi_addr_t, void*>,
       .sendmsg = enosys_ssize<fid_ep*, const fi_msg*, uint64_t>,
@@ -412,7 +367,7 @@ Srx::Srx(Domain* domain, const fi_rx_attr& attr, void* context)
       size_(attr.size ? attr.size : 1024),
       iov_limit_(attr.iov_limit ? attr.iov_limit : 4) {
   init_fid(&box_.fid.fid, FI_CLASS_SRX_CTX, context, &SrxOps::fi_ops_);
-  box_.fid.ops = &SrxOps::ep_ops_;
+  box_.fid.ops = &Receives<Srx>::ep_ops_;
   box_.fid.cm = &EpOps::cm_ops_;
   box_.fid.msg = &SrxOps::msg_ops_;
   box_.owner = this;

@@ -64,7 +64,9 @@ class Endpoint final : public Object, public AsyncTarget {
 
  private:
   friend struct EpOps;
-  ssize_t post_recv(void* buf, size_t len, void* context, uint64_t flags);
+  template <class T>
+  friend struct Receives;
+  ssize_t post_recv(void* buf, size_t len, void* context);
   ssize_t cancel(void* context);
 
   FidBox<fid_ep> box_;
@@ -98,6 +100,8 @@ class Srx final : public Object, public AsyncTarget {
 
  private:
   friend struct SrxOps;
+  template <class T>
+  friend struct Receives;
   ssize_t post_recv(void* buf, size_t len, void* context);
   ssize_t cancel(void* context);
 

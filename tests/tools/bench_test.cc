@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tool_run.h"
 #include "tools/bench/bench.h"
 
 namespace fabq::tools::bench {
@@ -170,24 +171,8 @@ TEST(BenchIsolation, AProviderThatCannotBeOpenedIsUnsupportedEverywhere) {
 // ---------------------------------------------------------------------------------------------
 // The tool, run as a user runs it.
 
-struct ToolRun {
-  int status = -1;
-  std::string out;
-};
-
-ToolRun run_tool(const std::string& args) {
-  setenv("LSAN_OPTIONS", "suppressions=" FABQ_LSAN_SUPPRESSIONS, 1);
-  const std::string cmd = std::string(FABQ_TOOL) + " " + args + " 2>&1";
-  ToolRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using fabq::tool_test::run_tool;
+using fabq::tool_test::ToolRun;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);

@@ -8,27 +8,16 @@
 #include <sstream>
 #include <string>
 
+#include "tool_run.h"
+
 namespace {
 
-struct ToolRun {
-  int status = -1;
-  std::string out;
-};
+using fabq::tool_test::ToolRun;
 
-// Runs the tool with a timeout of its own (`timeout` from coreutils), so that a hang fails.
+// The tool runs under `timeout` (coreutils), so that a hang fails instead of blocking.
 ToolRun run_tool(const std::string& args) {
-  setenv("LSAN_OPTIONS", "suppressions=" FABQ_LSAN_SUPPRESSIONS, 1);
   setenv("FI_PROVIDER_PATH", FABQ_PROV_DIR, 1);
-  const std::string cmd = "timeout 30 " + std::string(FABQ_TOOL) + " " + args + " 2>&1";
-  ToolRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return fabq::tool_test::run_tool(args, "timeout 30");
 }
 
 TEST(FabqEvents, PrintsEachEventWithItsTimeKindAndObjectAndAcknowledgesIt) {
