@@ -239,7 +239,7 @@ void Domain::fire_locked(AsyncTarget* t, const core::FaultRule& rule) {
 
 void Domain::note_operation() {
   FaultAction a = count_operation();
-  for (uint32_t type : a.events) raise(this, this, type);
+  raise(this, this, a.events);
 }
 
 int open_domain(fid_fabric* fabric_fid, fi_info* info, fid_domain** out, void* context) {

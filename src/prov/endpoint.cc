@@ -120,7 +120,7 @@ struct EpOps {
         if ((flags & ~kCqBindFlags) != 0 || (flags & (FI_TRANSMIT | FI_RECV)) == 0) {
           return -FI_EBADFLAGS;
         }
-        if (((flags & FI_TRANSMIT) && e->tx_cq_) || ((flags & FI_RECV) && e->rx_cq_)) {
+        if (((flags & FI_TRANSMIT) && e->tx_cq_) || ((flags & FI_RECV) && e->rx_cq())) {
           return -FI_EBUSY;
         }
         if (flags & FI_TRANSMIT) {
@@ -129,8 +129,7 @@ struct EpOps {
         }
         if (flags & FI_RECV) {
           cq->hold();
-          e->rx_cq_ = cq;
-          e->rx_cq_seen_.store(cq, std::memory_order_release);
+          e->rx_cq_.store(cq, std::memory_order_release);
         }
         return 0;
       }
@@ -169,7 +168,7 @@ struct EpOps {
     if (command != FI_ENABLE) return -FI_ENOSYS;
     std::lock_guard lock(e->mu_);
     if (e->eq_ == nullptr) return -FI_ENOEQ;
-    if (e->rx_cq_ == nullptr && e->rx_cntr_ == nullptr && e->srx_ == nullptr) return -FI_ENOCQ;
+    if (e->rx_cq() == nullptr && e->rx_cntr_ == nullptr && e->srx_ == nullptr) return -FI_ENOCQ;
     e->enabled_ = true;
     return 0;
   }
@@ -239,13 +238,15 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
 
 Endpoint::~Endpoint() {
   // Receives still posted are dropped with the endpoint (fi_endpoint(3)); their CQ slots return.
-  if (rx_cq_ != nullptr && !posted_.empty()) rx_cq_->queue().cancel_reservation(posted_.size());
+  if (Cq* cq = rx_cq(); cq != nullptr && !posted_.empty()) {
+    cq->queue().cancel_reservation(posted_.size());
+  }
   if (srx_ != nullptr) {
     srx_->detach(this);
     srx_->release();
   }
   for (Object* o :
-       {static_cast<Object*>(eq_), static_cast<Object*>(tx_cq_), static_cast<Object*>(rx_cq_),
+       {static_cast<Object*>(eq_), static_cast<Object*>(tx_cq_), static_cast<Object*>(rx_cq()),
         static_cast<Object*>(tx_cntr_), static_cast<Object*>(rx_cntr_)}) {
     if (o != nullptr) o->release();
   }
@@ -269,23 +270,23 @@ ssize_t Endpoint::post_recv(void* buf, size_t len, void* context) {
     std::lock_guard lock(mu_);
     if (!enabled_ || failed_ || srx_ != nullptr) return -FI_EOPBADSTATE;
     if (posted_.size() >= rx_size_) return -FI_EAGAIN;
-    if (rx_cq_ != nullptr) {
-      if (core::Status s = rx_cq_->queue().reserve(1); !s.ok()) return s.to_fi();
+    cq = rx_cq();
+    if (cq != nullptr) {
+      if (core::Status s = cq->queue().reserve(1); !s.ok()) return s.to_fi();
     }
     action = count_operation();
     PostedRecv r{context, buf, len};
     if (action.err != 0) {
-      if (rx_cq_ != nullptr) {
-        cq_events = rx_cq_->complete_error(recv_error(r, action.err, action.prov_errno));
+      if (cq != nullptr) {
+        cq_events = cq->complete_error(recv_error(r, action.err, action.prov_errno));
       }
       if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
     } else {
       posted_.push_back(r);
     }
-    cq = rx_cq_;
   }
-  for (uint32_t type : action.events) raise(domain_, this, type);
-  for (uint32_t type : cq_events) raise(domain_, cq, type);
+  raise(domain_, this, action.events);
+  raise(domain_, cq, cq_events);
   return 0;
 }
 
@@ -299,10 +300,10 @@ ssize_t Endpoint::cancel(void* context) {
     if (it == posted_.end()) return -FI_ENOENT;
     const PostedRecv r = *it;
     posted_.erase(it);
-    if ((cq = rx_cq_) != nullptr) cq_events = cq->complete_error(recv_error(r, FI_ECANCELED, 0));
+    if ((cq = rx_cq()) != nullptr) cq_events = cq->complete_error(recv_error(r, FI_ECANCELED, 0));
     if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
   }
-  for (uint32_t type : cq_events) raise(domain_, cq, type);
+  raise(domain_, cq, cq_events);
   return 0;
 }
 
@@ -313,7 +314,7 @@ bool Endpoint::fail(uint32_t type) {
     std::lock_guard lock(mu_);
     if (failed_) return false;
     failed_ = true;
-    cq = rx_cq_;
+    cq = rx_cq();
     for (const PostedRecv& r : posted_) {
       if (cq != nullptr) {
         auto more = cq->complete_error(recv_error(r, FI_EIO, static_cast<int>(type)));
@@ -324,7 +325,7 @@ bool Endpoint::fail(uint32_t type) {
     posted_.clear();
   }
   // The caller holds the domain's lock (raise), never ours: CQ events can go out now.
-  for (uint32_t t : cq_events) raise(domain_, cq, t);
+  raise(domain_, cq, cq_events);
   return true;
 }
 
@@ -408,7 +409,7 @@ ssize_t Srx::post_recv(void* buf, size_t len, void* context) {
     action = count_operation();
     posted_.push_back({context, buf, len});
   }
-  for (uint32_t type : action.events) raise(domain_, this, type);
+  raise(domain_, this, action.events);
   return 0;
 }
 

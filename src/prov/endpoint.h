@@ -57,7 +57,7 @@ class Endpoint final : public Object, public AsyncTarget {
   Eq* eq();
   Srx* srx();
   // Without the endpoint's lock: an SRX asks while holding its own (lock order: endpoint, SRX).
-  Cq* rx_cq() const { return rx_cq_seen_.load(std::memory_order_acquire); }
+  Cq* rx_cq() const { return rx_cq_.load(std::memory_order_acquire); }
   // Puts the endpoint in the error state and fails its posted receives with `type` as
   // prov_errno. True the first time.
   bool fail(uint32_t type);
@@ -78,11 +78,10 @@ class Endpoint final : public Object, public AsyncTarget {
   bool failed_ = false;
   Eq* eq_ = nullptr;
   Cq* tx_cq_ = nullptr;
-  Cq* rx_cq_ = nullptr;
+  std::atomic<Cq*> rx_cq_{nullptr};  // set once at bind (release), under mu_
   Cntr* tx_cntr_ = nullptr;
   Cntr* rx_cntr_ = nullptr;
   Srx* srx_ = nullptr;
-  std::atomic<Cq*> rx_cq_seen_{nullptr};  // rx_cq_, published at bind (release)
   std::vector<PostedRecv> posted_;
 };
 

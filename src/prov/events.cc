@@ -250,6 +250,10 @@ void Registry::fire(uint64_t domain_id, uint64_t target_serial,
   if (it != impl_->domains.end()) it->second->fire_timed(target_serial, rule);
 }
 
+void raise(Domain* d, AsyncTarget* t, const std::vector<uint32_t>& types) {
+  for (uint32_t type : types) raise(d, t, type);
+}
+
 void raise(Domain* d, AsyncTarget* t, uint32_t type) {
   const core::AsyncKind* kind = core::async_kind(type);
   if (kind == nullptr) return;

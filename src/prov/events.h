@@ -80,6 +80,8 @@ int open_async_ops(Domain* domain, uint64_t flags, void** ops);
 // Raises `type` on `target` (owned by `domain`; for port and device kinds, the domain's own
 // target), with every effect fi_fabq.h lists.
 void raise(Domain* domain, AsyncTarget* target, uint32_t type);
+// Each of `types`, in order (what a counted operation's fault triggers decided).
+void raise(Domain* domain, AsyncTarget* target, const std::vector<uint32_t>& types);
 
 // Process-wide devices. attach() is called when a domain opens (it learns the port state and
 // starts the monitor), detach_and_close() when it closes.
