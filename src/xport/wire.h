@@ -1,0 +1,131 @@
+// fabq transport: the wire format of FI_EP_MSG connections over TCP, and its parser.
+//
+// A connection's byte stream is a sequence of frames. Each frame is a 32-byte header followed
+// by `length` payload bytes. All fields are little-endian:
+//
+//   offset  size  field
+//        0     2  magic    0x7146 ("Fq")
+//        2     1  version  1
+//        3     1  op       Op below
+//        4     4  flags    Flag bits below; only those the op allows
+//        8     4  length   payload bytes after the header
+//       12     4  seq      the sender's message number (data ops), or the number acked (acks)
+//       16     8  tag      tagged messages only; 0 otherwise
+//       24     8  data     remote CQ data when kRemoteData is set; 0 otherwise
+//
+// The connection protocol: the active side sends kConnReq (payload: the application's
+// connect data); the passive side answers kConnAccept or kConnReject (payload: accept or reject
+// data); the active side confirms an accept with kConnReady, after which both sides are
+// connected. kShutdown announces an orderly close: the sender sends nothing after it.
+//
+// The parser never trusts the peer: an unknown op, a flag the op does not allow, a length above
+// the receiver's limit, or a nonzero field an op does not use is a protocol violation, and the
+// connection that sent it is failed. Nothing here allocates or blocks.
+//
+// Thread safety: plain functions and values; a Framer belongs to one connection and is used
+// under that connection's lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fabq::xport::wire {
+
+inline constexpr size_t kHeaderSize = 32;
+inline constexpr uint16_t kMagic = 0x7146;
+inline constexpr uint8_t kVersion = 1;
+// Connect, accept and reject data: the cm_data_size fabq advertises.
+inline constexpr size_t kMaxCmData = 256;
+
+enum class Op : uint8_t {
+  kConnReq = 1,       // payload: connect data (<= kMaxCmData)
+  kConnAccept = 2,    // payload: accept data (<= kMaxCmData)
+  kConnReject = 3,    // payload: reject data (<= kMaxCmData)
+  kConnReady = 4,     // no payload: the active side saw the accept
+  kMsg = 5,           // payload: an untagged message (<= the receiver's max_msg_size)
+  kTagged = 6,        // payload: a tagged message; `tag` holds its tag
+  kAckReceived = 7,   // no payload: message `seq` reached the peer's transport
+  kAckDelivered = 8,  // no payload: message `seq` was placed in a receive buffer (or failed there)
+  kShutdown = 9,      // no payload: the sender has closed its side
+};
+
+// Flags of kMsg and kTagged; other ops allow none.
+enum Flag : uint32_t {
+  kRemoteData = 1u << 0,     // `data` is FI_REMOTE_CQ_DATA for the receiver's completion
+  kWantReceived = 1u << 1,   // the sender waits for kAckReceived (FI_TRANSMIT_COMPLETE)
+  kWantDelivered = 1u << 2,  // the sender waits for kAckDelivered (FI_DELIVERY_COMPLETE)
+};
+inline constexpr uint32_t kDataFlags = kRemoteData | kWantReceived | kWantDelivered;
+
+struct Header {
+  Op op = Op::kMsg;
+  uint32_t flags = 0;
+  uint32_t length = 0;
+  uint32_t seq = 0;
+  uint64_t tag = 0;
+  uint64_t data = 0;
+};
+
+// Why a header was refused.
+enum class Violation : uint8_t {
+  kNone = 0,
+  kBadMagic,
+  kBadVersion,
+  kUnknownOp,
+  kBadFlags,     // a flag the op does not allow
+  kTooLong,      // length above the limit of the op (kMaxCmData, max_payload, or 0)
+  kUnusedField,  // tag or data nonzero where the op does not use it
+};
+const char* violation_str(Violation v);
+
+// Writes `h` (with magic and version) into out[0..kHeaderSize).
+void encode(const Header& h, unsigned char* out);
+
+// Reads and validates the header at in[0..kHeaderSize). `max_payload` bounds the length of
+// kMsg and kTagged. kNone and *out filled, or the first violation found.
+Violation decode(const unsigned char* in, size_t max_payload, Header* out);
+
+// Splits one connection's stream into frames, incrementally: the transport hands it whatever
+// bytes it has, and the framer says what they are. It keeps the header bytes of a frame that
+// arrived in pieces; payload bytes are never copied here, the transport places them.
+//
+//   while bytes remain:
+//     if (f.in_header())  n = f.take_header(p, avail)    -> header complete? f.header() is valid
+//     else                n = f.take_payload(avail)      -> how many payload bytes are the frame's
+//
+// After a violation the framer is dead: every later call takes nothing.
+class Framer {
+ public:
+  explicit Framer(size_t max_payload) : max_payload_(max_payload) {}
+
+  bool in_header() const { return !in_payload_; }
+  bool dead() const { return violation_ != Violation::kNone; }
+  Violation violation() const { return violation_; }
+  // The current frame's header; valid from the moment take_header() completes it until the
+  // frame's last payload byte is taken.
+  const Header& header() const { return header_; }
+  // Payload bytes of the current frame not yet taken.
+  size_t payload_left() const { return payload_left_; }
+  // True once when a frame has been taken whole (header and payload): the transport acts on
+  // it, then calls next_frame().
+  bool frame_done() const { return done_; }
+  void next_frame();
+
+  // Takes up to kHeaderSize - (bytes held) header bytes from p[0..n). Returns how many it took.
+  // When the header is complete it is validated: a violation kills the framer.
+  size_t take_header(const unsigned char* p, size_t n);
+  // Takes up to payload_left() of the n available payload bytes; returns how many.
+  size_t take_payload(size_t n);
+
+ private:
+  const size_t max_payload_;
+  unsigned char buf_[kHeaderSize] = {};
+  size_t held_ = 0;
+  bool in_payload_ = false;
+  bool done_ = false;
+  size_t payload_left_ = 0;
+  Header header_{};
+  Violation violation_ = Violation::kNone;
+};
+
+}  // namespace fabq::xport::wire
