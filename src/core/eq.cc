@@ -109,11 +109,38 @@ Status EventQueue::write_error(const EqError& error) {
   return OkStatus();
 }
 
+// A purged slot keeps its place in the ring (slots are consumed in order) with this length.
+constexpr uint32_t kPurged = UINT32_MAX;
+
+const EventQueue::Slot* EventQueue::head_slot(bool* is_error) {
+  for (;;) {
+    const Slot* slot = ring_.peek(ring_.head(), is_error);
+    if (slot == nullptr || slot->len != kPurged) return slot;
+    ring_.consume(1);
+  }
+}
+
+size_t EventQueue::purge(const void* fid) {
+  std::lock_guard lock(read_lock_);
+  size_t n = 0;
+  for (uint64_t pos = ring_.head();; ++pos) {
+    bool is_error = false;
+    if (ring_.peek(pos, &is_error) == nullptr) break;
+    Slot& slot = ring_.at(pos);
+    if (slot.len == kPurged) continue;
+    fid_t about = nullptr;
+    if (is_error || slot.len >= sizeof(fid_t)) std::memcpy(&about, slot.payload, sizeof(about));
+    if (about != fid) continue;
+    slot.len = kPurged;
+    ++n;
+  }
+  return n;
+}
+
 Result<size_t> EventQueue::read(uint32_t* event, void* buf, size_t len, uint64_t flags) {
   std::lock_guard lock(read_lock_);
-  const uint64_t head = ring_.head();
   bool is_error = false;
-  const Slot* slot = ring_.peek(head, &is_error);
+  const Slot* slot = head_slot(&is_error);
   if (slot == nullptr) {
     // The overrun entry follows the last stored event (claimed-but-unpublished ones included).
     return overrun() && ring_.claimed() == 0 ? Code::kAvail : Code::kAgain;
@@ -142,9 +169,8 @@ void EventQueue::fill_error(const Slot& slot, fi_eq_err_entry* entry) {
 Result<size_t> EventQueue::read_error(fi_eq_err_entry* entry, uint64_t flags) {
   if (entry == nullptr) return Code::kInval;
   std::lock_guard lock(read_lock_);
-  const uint64_t head = ring_.head();
   bool is_error = false;
-  const Slot* slot = ring_.peek(head, &is_error);
+  const Slot* slot = head_slot(&is_error);
   if (slot != nullptr) {
     if (!is_error) return Code::kAgain;
     fill_error(*slot, entry);

@@ -98,6 +98,12 @@ class EventQueue final : public WaitSetMember {
   // kAgain at timeout or when interrupted by a signal; kNoSys for kNone and kSet.
   Result<size_t> sread(uint32_t* event, void* buf, size_t len, int timeout_ms, uint64_t flags);
 
+  // Removes every stored event about `fid` (the fid of an fi_eq_entry / fi_eq_cm_entry, or of
+  // an error entry): fi_cm(3) purges a closed endpoint's events. Events a producer is writing
+  // concurrently are not seen; the caller makes sure nobody writes about `fid` any more.
+  // Returns how many were removed.
+  size_t purge(const void* fid);
+
   // fi_trywait: kAgain while anything is queued (events, errors, the overrun entry); otherwise
   // quiets the fd, arms the external wake-up and returns ok: the fd stays quiet (or the
   // condition unsignalled) until the next event. kNoSys for kNone.
@@ -127,6 +133,8 @@ class EventQueue final : public WaitSetMember {
 
   EventQueue(const EqConfig& config, std::unique_ptr<WaitObject> own_wait);
   bool readable() const { return ring_.claimed() != 0 || overrun(); }
+  // The published slot at the head, after dropping purged ones; null when none is published.
+  const Slot* head_slot(bool* is_error);
   [[gnu::always_inline]] inline Status claim_for_write(uint64_t* pos);
   void fill_error(const Slot& slot, fi_eq_err_entry* entry);
 

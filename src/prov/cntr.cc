@@ -22,11 +22,15 @@ struct CntrOps {
   // fi_cntr_read/readerr cannot report errors: a bad fid reads as 0.
   static uint64_t read(fid_cntr* f) {
     Cntr* c = get(f);
-    return c != nullptr ? c->counter_->value() : 0;
+    if (c == nullptr) return 0;
+    c->drive();
+    return c->counter_->value();
   }
   static uint64_t readerr(fid_cntr* f) {
     Cntr* c = get(f);
-    return c != nullptr ? c->counter_->errors() : 0;
+    if (c == nullptr) return 0;
+    c->drive();
+    return c->counter_->errors();
   }
   static int add(fid_cntr* f, uint64_t v) {
     Cntr* c = get(f);
@@ -55,6 +59,8 @@ struct CntrOps {
   static int wait(fid_cntr* f, uint64_t threshold, int timeout) {
     Cntr* c = get(f);
     if (c == nullptr) return -FI_EINVAL;
+    c->drive();
+    BlockingScope blocking(c->fabric());
     return c->counter_->wait(threshold, timeout).to_fi();
   }
 
@@ -78,6 +84,15 @@ struct CntrOps {
       .seterr = seterr,
   };
 };
+
+Fabric* Cntr::fabric() const {
+  return domain_->fabric();
+}
+
+void Cntr::drive() {
+  external_.disarm();
+  progress(fabric());
+}
 
 Cntr* Cntr::from_fid(const fid* f) {
   return Object::from<Cntr, fid_cntr>(f, FI_CLASS_CNTR, &CntrOps::fi_ops_);

@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "core/counter.h"
+#include "prov/fabric.h"
 #include "prov/object.h"
 
 namespace fabq::prov {
@@ -30,6 +31,10 @@ class Cntr final : public Object {
   ~Cntr() override;
   fid_cntr* handle() { return &box_.fid; }
   core::Counter& counter() { return *counter_; }
+  // What every read does first: drives the transport (prov/transport.h).
+  void drive();
+  Fabric* fabric() const;
+  ExternalWait& external() { return external_; }
 
  private:
   friend struct CntrOps;
@@ -37,6 +42,7 @@ class Cntr final : public Object {
   Domain* const domain_;
   WaitSet* const wait_set_;
   std::unique_ptr<core::Counter> counter_;
+  ExternalWait external_;
 };
 
 int open_cntr(fid_domain* domain, fi_cntr_attr* attr, fid_cntr** cntr, void* context);

@@ -2,12 +2,15 @@
 
 #include <cstring>
 
+#include "core/deadline.h"
+
 #include "core/strerror.h"
 #include "prov/domain.h"
 #include "prov/eq.h"
 #include "prov/fabric.h"
 #include "prov/noop.h"
 #include "prov/provider.h"
+#include "prov/transport.h"
 #include "prov/wait_set.h"
 
 namespace fabq::prov {
@@ -24,12 +27,14 @@ struct CqOps {
   static ssize_t read(fid_cq* f, void* buf, size_t count) {
     Cq* cq = Cq::from_fid(&f->fid);
     if (cq == nullptr) return -FI_EINVAL;
+    cq->drive();
     return cq->queue_->read(buf, count, nullptr).to_fi();
   }
 
   static ssize_t readfrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src_addr) {
     Cq* cq = Cq::from_fid(&f->fid);
     if (cq == nullptr) return -FI_EINVAL;
+    cq->drive();
     return cq->queue_->read(buf, count, src_addr).to_fi();
   }
 
@@ -37,6 +42,7 @@ struct CqOps {
     Cq* cq = Cq::from_fid(&f->fid);
     if (cq == nullptr || buf == nullptr) return -FI_EINVAL;
     if ((flags & ~FI_PEEK) != 0) return -FI_EBADFLAGS;
+    cq->drive();
     if (!cq->legacy_err_data_) return cq->queue_->read_error(buf, flags).to_fi();
     // API < 1.5: the application's struct ends before err_data_size.
     fi_cq_err_entry full{};
@@ -51,6 +57,19 @@ struct CqOps {
     Cq* cq = Cq::from_fid(&f->fid);
     if (cq == nullptr) return -FI_EINVAL;
     const size_t threshold = cq->threshold_cond_ ? reinterpret_cast<size_t>(cond) : 1;
+    cq->drive();
+    Fabric* fabric = cq->domain_->fabric();
+    if (Transport* t = fabric->transport_if_any(); t != nullptr && timeout != 0) {
+      // Spin with progress first, as the core spins before it sleeps: a reply that comes back
+      // within the spin costs no thread hand-off.
+      const size_t want = std::max<size_t>(threshold, 1);
+      const int64_t spin = static_cast<int64_t>(params().spin_us) * 1000;
+      const int64_t end = core::monotonic_ns() +
+                          (timeout > 0 ? std::min<int64_t>(spin, timeout * 1'000'000LL) : spin);
+      while (cq->queue_->pending() < want && core::monotonic_ns() < end) t->progress();
+      BlockingScope blocking(fabric);
+      return cq->queue_->sread(buf, count, src_addr, threshold, timeout).to_fi();
+    }
     return cq->queue_->sread(buf, count, src_addr, threshold, timeout).to_fi();
   }
 
@@ -128,6 +147,11 @@ std::vector<uint32_t> Cq::complete_error(const core::CompletionError& e) {
   FaultAction a = count_operation();
   queue_->complete_error(e);
   return std::move(a.events);
+}
+
+void Cq::drive() {
+  external_.disarm();
+  progress(domain_->fabric());
 }
 
 void Cq::inject_error(int err, int prov_errno) {

@@ -19,6 +19,7 @@
 
 #include "core/cq.h"
 #include "prov/events.h"
+#include "prov/fabric.h"
 #include "prov/object.h"
 
 namespace fabq::prov {
@@ -45,6 +46,9 @@ class Cq final : public Object, public AsyncTarget {
   [[nodiscard]] std::vector<uint32_t> complete_error(const core::CompletionError& e);
   // An error completion with no operation (op_context NULL), as fault injection writes it.
   void inject_error(int err, int prov_errno);
+  // What every read does first: drives the transport (prov/transport.h).
+  void drive();
+  ExternalWait& external() { return external_; }
 
  private:
   friend struct CqOps;
@@ -54,6 +58,7 @@ class Cq final : public Object, public AsyncTarget {
   const bool threshold_cond_;
   const bool legacy_err_data_;
   std::unique_ptr<core::CompletionQueue> queue_;
+  ExternalWait external_;
 };
 
 int open_cq(fid_domain* domain, fi_cq_attr* attr, fid_cq** cq, void* context);

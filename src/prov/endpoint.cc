@@ -2,13 +2,17 @@
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_eq.h>
+#include <rdma/fi_tagged.h>
 
 #include <algorithm>
+#include <cstring>
 
+#include "core/eq.h"
 #include "prov/cntr.h"
 #include "prov/cq.h"
 #include "prov/domain.h"
 #include "prov/eq.h"
+#include "prov/fabric.h"
 #include "prov/noop.h"
 #include "prov/provider.h"
 
@@ -18,27 +22,52 @@ namespace {
 constexpr uint64_t kCqBindFlags = FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION;
 constexpr uint64_t kCntrBindFlags =
     FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+constexpr uint64_t kCompletionLevels =
+    FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
+constexpr size_t kMaxCmData = 256;
+constexpr uint32_t kSeqIndexBits = 16;
 
-// The single buffer of an iov list the endpoint can take now: fabq posts contiguous receives
-// until the transport scatters; more than one element with data is -FI_EINVAL.
-bool single_buffer(const iovec* iov, size_t count, size_t limit, void** buf, size_t* len) {
-  if (count > limit || (count > 0 && iov == nullptr)) return false;
-  *buf = nullptr;
-  *len = 0;
+enum TxState : uint8_t { kFree = 0, kSubmitted = 1, kWritten = 2 };
+
+uint64_t recv_flags(bool tagged) {
+  return FI_RECV | (tagged ? FI_TAGGED : FI_MSG);
+}
+
+core::CompletionError recv_error(const PostedRecv& r, int err, int prov_errno) {
+  return {.completion = {.op_context = r.context,
+                         .flags = recv_flags(r.tagged),
+                         .buf = r.iov_count ? r.iov[0].iov_base : nullptr},
+          .olen = 0,
+          .err = err,
+          .prov_errno = prov_errno};
+}
+
+// Fills `r`'s buffers from an iov list; false when it has more entries than `limit`.
+bool take_iov(PostedRecv* r, const iovec* iov, size_t count, size_t limit) {
+  if (count > limit || count > kMaxIov || (count > 0 && iov == nullptr)) return false;
+  r->iov_count = count;
+  r->len = 0;
   for (size_t i = 0; i < count; ++i) {
-    if (iov[i].iov_len == 0) continue;
-    if (*len != 0) return false;
-    *buf = iov[i].iov_base;
-    *len = iov[i].iov_len;
+    r->iov[i] = iov[i];
+    r->len += iov[i].iov_len;
   }
   return true;
 }
 
-core::CompletionError recv_error(const PostedRecv& r, int err, int prov_errno) {
-  return {.completion = {.op_context = r.context, .flags = FI_RECV | FI_MSG, .buf = r.buf},
-          .olen = 0,
-          .err = err,
-          .prov_errno = prov_errno};
+size_t scatter(const iovec* iov, size_t count, const unsigned char* src, size_t len) {
+  size_t done = 0;
+  for (size_t i = 0; i < count && done < len; ++i) {
+    const size_t n = std::min(iov[i].iov_len, len - done);
+    if (n > 0) std::memcpy(iov[i].iov_base, src + done, n);
+    done += n;
+  }
+  return done;
+}
+
+TxLevel level_of(uint64_t flags) {
+  if (flags & FI_DELIVERY_COMPLETE) return TxLevel::kDelivery;
+  if (flags & FI_TRANSMIT_COMPLETE) return TxLevel::kTransmit;
+  return TxLevel::kInject;
 }
 
 }  // namespace
@@ -57,31 +86,47 @@ struct Receives {
     return t->cancel(context);
   }
 
-  static ssize_t recv(fid_ep* f, void* buf, size_t len, void*, fi_addr_t, void* context) {
+  static ssize_t post(fid_ep* f, const iovec* iov, size_t count, void* context, uint64_t flags,
+                      bool explicit_flags, bool tagged, uint64_t tag, uint64_t ignore) {
     T* t = of(f);
     if (t == nullptr) return -FI_EINVAL;
-    return t->post_recv(buf, len, context);
+    PostedRecv r;
+    r.context = context;
+    r.flags = flags;
+    r.default_flags = !explicit_flags;
+    r.tagged = tagged;
+    r.tag = tag;
+    r.ignore = ignore;
+    if (!take_iov(&r, iov, count, t->iov_limit_)) return -FI_EINVAL;
+    return t->post_recv(r);
   }
 
+  static ssize_t recv(fid_ep* f, void* buf, size_t len, void*, fi_addr_t, void* context) {
+    const iovec iov{buf, len};
+    return post(f, &iov, 1, context, 0, false, false, 0, 0);
+  }
   static ssize_t recvv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t,
                        void* context) {
-    T* t = of(f);
-    if (t == nullptr) return -FI_EINVAL;
-    void* buf;
-    size_t len;
-    if (!single_buffer(iov, count, t->iov_limit_, &buf, &len)) return -FI_EINVAL;
-    return t->post_recv(buf, len, context);
+    return post(f, iov, count, context, 0, false, false, 0, 0);
   }
-
-  static ssize_t recvmsg(fid_ep* f, const fi_msg* msg, uint64_t) {
-    T* t = of(f);
-    if (t == nullptr || msg == nullptr) return -FI_EINVAL;
-    void* buf;
-    size_t len;
-    if (!single_buffer(msg->msg_iov, msg->iov_count, t->iov_limit_, &buf, &len)) {
-      return -FI_EINVAL;
-    }
-    return t->post_recv(buf, len, msg->context);
+  static ssize_t recvmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
+    if (msg == nullptr) return -FI_EINVAL;
+    if (flags & (FI_PEEK | FI_CLAIM)) return -FI_EBADFLAGS;
+    return post(f, msg->msg_iov, msg->iov_count, msg->context, flags, true, false, 0, 0);
+  }
+  static ssize_t trecv(fid_ep* f, void* buf, size_t len, void*, fi_addr_t, uint64_t tag,
+                       uint64_t ignore, void* context) {
+    const iovec iov{buf, len};
+    return post(f, &iov, 1, context, 0, false, true, tag, ignore);
+  }
+  static ssize_t trecvv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t, uint64_t tag,
+                        uint64_t ignore, void* context) {
+    return post(f, iov, count, context, 0, false, true, tag, ignore);
+  }
+  static ssize_t trecvmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
+    if (msg == nullptr) return -FI_EINVAL;
+    return post(f, msg->msg_iov, msg->iov_count, msg->context, flags, true, true, msg->tag,
+                msg->ignore);
   }
 
   static inline fi_ops_ep ep_ops_ = {
@@ -123,13 +168,16 @@ struct EpOps {
         if (((flags & FI_TRANSMIT) && e->tx_cq_) || ((flags & FI_RECV) && e->rx_cq())) {
           return -FI_EBUSY;
         }
+        const bool selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
         if (flags & FI_TRANSMIT) {
           cq->hold();
           e->tx_cq_ = cq;
+          e->tx_selective_ = selective;
         }
         if (flags & FI_RECV) {
           cq->hold();
           e->rx_cq_.store(cq, std::memory_order_release);
+          e->rx_selective_ = selective;
         }
         return 0;
       }
@@ -151,7 +199,7 @@ struct EpOps {
         Srx* srx = Srx::from_fid(bfid);
         if (srx == nullptr || srx->domain() != e->domain_) return -FI_EINVAL;
         if (flags != 0) return -FI_EBADFLAGS;
-        if (e->srx_ != nullptr || !e->posted_.empty()) return -FI_EBUSY;
+        if (e->srx_ != nullptr || e->queue_.posted() != 0) return -FI_EBUSY;
         srx->hold();
         srx->attach(e);
         e->srx_ = srx;
@@ -162,9 +210,12 @@ struct EpOps {
     }
   }
 
-  static int control(fid* f, int command, void*) {
+  static int control(fid* f, int command, void* arg) {
     Endpoint* e = Endpoint::from_fid(f);
     if (e == nullptr) return -FI_EINVAL;
+    if (command == FI_GETOPSFLAG || command == FI_SETOPSFLAG) {
+      return arg == nullptr ? -FI_EINVAL : -FI_ENOSYS;
+    }
     if (command != FI_ENABLE) return -FI_ENOSYS;
     std::lock_guard lock(e->mu_);
     if (e->eq_ == nullptr) return -FI_ENOEQ;
@@ -173,14 +224,186 @@ struct EpOps {
     return 0;
   }
 
-  // Until the transport connects endpoints, there is no peer to send to.
-  template <class... Args>
-  static ssize_t not_connected(fid_ep* f, Args...) {
+  static int getopt(fid* f, int level, int name, void* val, size_t* len) {
+    if (Endpoint::from_fid(f) == nullptr || val == nullptr || len == nullptr) return -FI_EINVAL;
+    if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
+    if (name == FI_OPT_CM_DATA_SIZE) {
+      if (*len < sizeof(size_t)) return -FI_ETOOSMALL;
+      *static_cast<size_t*>(val) = kMaxCmData;
+      *len = sizeof(size_t);
+      return 0;
+    }
+    return -FI_ENOPROTOOPT;
+  }
+
+  static int setopt(fid* f, int level, int, const void*, size_t) {
+    if (Endpoint::from_fid(f) == nullptr) return -FI_EINVAL;
+    return level == FI_OPT_ENDPOINT ? -FI_ENOPROTOOPT : -FI_ENOPROTOOPT;
+  }
+
+  // --- connection management (fi_cm(3))
+
+  static int connect(fid_ep* f, const void* addr, const void* param, size_t paramlen) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr || paramlen > kMaxCmData || (paramlen > 0 && param == nullptr)) {
+      return -FI_EINVAL;
+    }
+    sockaddr_in peer{};
+    Connection* conn = nullptr;
+    {
+      std::lock_guard lock(e->mu_);
+      if (!e->enabled_ || e->failed_ || e->conn_handle_ != nullptr) return -FI_EOPBADSTATE;
+      if (e->conn_ != nullptr) return -FI_EISCONN;
+      if (addr != nullptr) {
+        std::memcpy(&peer, addr, sizeof(peer));
+      } else if (e->dest_) {
+        peer = *e->dest_;
+      } else {
+        return -FI_EINVAL;
+      }
+      if (peer.sin_family != AF_INET) return -FI_EINVAL;
+      int err = 0;
+      e->conn_.reset(make_connection(e, nullptr, &err));
+      if (e->conn_ == nullptr) return err;
+      conn = e->conn_.get();
+    }
+    return conn->connect(peer, param, paramlen);
+  }
+
+  static int accept(fid_ep* f, const void* param, size_t paramlen) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr || paramlen > kMaxCmData || (paramlen > 0 && param == nullptr)) {
+      return -FI_EINVAL;
+    }
+    Connection* conn = e->connection();
+    if (conn == nullptr || e->conn_handle_ == nullptr) return -FI_EOPBADSTATE;
+    {
+      std::lock_guard lock(e->mu_);
+      if (!e->enabled_) return -FI_EOPBADSTATE;
+    }
+    return conn->accept(param, paramlen);
+  }
+
+  static int shutdown(fid_ep* f, uint64_t flags) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    if (flags != 0) return -FI_EBADFLAGS;
+    Connection* conn = e->connection();
+    if (conn == nullptr) return -FI_ENOTCONN;
+    return conn->shutdown();
+  }
+
+  static int getname(fid* f, void* addr, size_t* addrlen) {
+    Endpoint* e = Endpoint::from_fid(f);
+    if (e == nullptr || addrlen == nullptr) return -FI_EINVAL;
+    if (Connection* conn = e->connection(); conn != nullptr) return conn->getname(addr, addrlen);
+    const size_t have = *addrlen;
+    *addrlen = sizeof(sockaddr_in);
+    if (addr == nullptr || have < sizeof(sockaddr_in)) return -FI_ETOOSMALL;
+    std::memcpy(addr, &e->src_, sizeof(sockaddr_in));
+    return 0;
+  }
+
+  static int getpeer(fid_ep* f, void* addr, size_t* addrlen) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr || addrlen == nullptr) return -FI_EINVAL;
+    Connection* conn = e->connection();
+    if (conn == nullptr) return -FI_ENOTCONN;
+    return conn->getpeer(addr, addrlen);
+  }
+
+  // --- data transfer (fi_msg(3), fi_tagged(3))
+
+  static ssize_t send(fid_ep* f, const void* buf, size_t len, void*, fi_addr_t, void* context) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send(&iov, 1, context, e->tx_op_flags_, false, 0, false, 0, false);
+  }
+  static ssize_t sendv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t,
+                       void* context) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    return e->post_send(iov, count, context, e->tx_op_flags_, false, 0, false, 0, false);
+  }
+  static ssize_t sendmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr || msg == nullptr) return -FI_EINVAL;
+    return e->post_send(msg->msg_iov, msg->iov_count, msg->context, flags, false, 0,
+                        (flags & FI_REMOTE_CQ_DATA) != 0, msg->data, false);
+  }
+  static ssize_t inject(fid_ep* f, const void* buf, size_t len, fi_addr_t) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send(&iov, 1, nullptr, FI_INJECT, false, 0, false, 0, true);
+  }
+  static ssize_t senddata(fid_ep* f, const void* buf, size_t len, void*, uint64_t data, fi_addr_t,
+                          void* context) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send(&iov, 1, context, e->tx_op_flags_, false, 0, true, data, false);
+  }
+  static ssize_t injectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send(&iov, 1, nullptr, FI_INJECT, false, 0, true, data, true);
+  }
+  static ssize_t tsend(fid_ep* f, const void* buf, size_t len, void*, fi_addr_t, uint64_t tag,
+                       void* context) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send(&iov, 1, context, e->tx_op_flags_, true, tag, false, 0, false);
+  }
+  static ssize_t tsendv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t, uint64_t tag,
+                        void* context) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    return e->post_send(iov, count, context, e->tx_op_flags_, true, tag, false, 0, false);
+  }
+  static ssize_t tsendmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr || msg == nullptr) return -FI_EINVAL;
+    return e->post_send(msg->msg_iov, msg->iov_count, msg->context, flags, true, msg->tag,
+                        (flags & FI_REMOTE_CQ_DATA) != 0, msg->data, false);
+  }
+  static ssize_t tinject(fid_ep* f, const void* buf, size_t len, fi_addr_t, uint64_t tag) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send(&iov, 1, nullptr, FI_INJECT, true, tag, false, 0, true);
+  }
+  static ssize_t tsenddata(fid_ep* f, const void* buf, size_t len, void*, uint64_t data, fi_addr_t,
+                           uint64_t tag, void* context) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send(&iov, 1, context, e->tx_op_flags_, true, tag, true, data, false);
+  }
+  static ssize_t tinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t,
+                             uint64_t tag) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send(&iov, 1, nullptr, FI_INJECT, true, tag, true, data, true);
+  }
+
+  static ssize_t tx_size_left(fid_ep* f) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     std::lock_guard lock(e->mu_);
-    if (e->failed_ || !e->enabled_) return -FI_EOPBADSTATE;
-    return -FI_ENOTCONN;
+    if (!e->enabled_) return -FI_EOPBADSTATE;
+    return static_cast<ssize_t>(e->tx_free_.size());
+  }
+  static ssize_t rx_size_left(fid_ep* f) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    std::lock_guard lock(e->mu_);
+    if (!e->enabled_) return -FI_EOPBADSTATE;
+    return static_cast<ssize_t>(e->rx_size_ - e->queue_.posted());
   }
 
   static inline fi_ops fi_ops_ = {
@@ -192,16 +415,26 @@ struct EpOps {
       .tostr = no_tostr,
       .ops_set = no_ops_set,
   };
+  static inline fi_ops_ep ep_ops_ = {
+      .size = sizeof(fi_ops_ep),
+      .cancel = R::cancel,
+      .getopt = getopt,
+      .setopt = setopt,
+      .tx_ctx = enosys<fid_ep*, int, fi_tx_attr*, fid_ep**, void*>,
+      .rx_ctx = enosys<fid_ep*, int, fi_rx_attr*, fid_ep**, void*>,
+      .rx_size_left = rx_size_left,
+      .tx_size_left = tx_size_left,
+  };
   static inline fi_ops_cm cm_ops_ = {
       .size = sizeof(fi_ops_cm),
       .setname = enosys<fid*, void*, size_t>,
-      .getname = enosys<fid*, void*, size_t*>,
-      .getpeer = enosys<fid_ep*, void*, size_t*>,
-      .connect = enosys<fid_ep*, const void*, const void*, size_t>,
+      .getname = getname,
+      .getpeer = getpeer,
+      .connect = connect,
       .listen = enosys<fid_pep*>,
-      .accept = enosys<fid_ep*, const void*, size_t>,
+      .accept = accept,
       .reject = enosys<fid_pep*, fid_t, const void*, size_t>,
-      .shutdown = enosys<fid_ep*, uint64_t>,
+      .shutdown = shutdown,
       .join = enosys<fid_ep*, const void*, uint64_t, fid_mc**, void*>,
   };
   static inline fi_ops_msg msg_ops_ = {
@@ -209,12 +442,24 @@ struct EpOps {
       .recv = R::recv,
       .recvv = R::recvv,
       .recvmsg = R::recvmsg,
-      .send = not_connected<const void*, size_t, void*, fi_addr_t, void*>,
-      .sendv = not_connected<const iovec*, void**, size_t, fi_addr_t, void*>,
-      .sendmsg = not_connected<const fi_msg*, uint64_t>,
-      .inject = not_connected<const void*, size_t, fi_addr_t>,
-      .senddata = not_connected<const void*, size_t, void*, uint64_t, fi_addr_t, void*>,
-      .injectdata = not_connected<const void*, size_t, uint64_t, fi_addr_t>,
+      .send = send,
+      .sendv = sendv,
+      .sendmsg = sendmsg,
+      .inject = inject,
+      .senddata = senddata,
+      .injectdata = injectdata,
+  };
+  static inline fi_ops_tagged tagged_ops_ = {
+      .size = sizeof(fi_ops_tagged),
+      .recv = R::trecv,
+      .recvv = R::trecvv,
+      .recvmsg = R::trecvmsg,
+      .send = tsend,
+      .sendv = tsendv,
+      .sendmsg = tsendmsg,
+      .inject = tinject,
+      .senddata = tsenddata,
+      .injectdata = tinjectdata,
   };
 };
 
@@ -227,23 +472,61 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
       AsyncTarget(core::FaultTargetKind::kEndpoint, &box_.fid.fid),
       domain_(domain),
       rx_size_(info.rx_attr && info.rx_attr->size ? info.rx_attr->size : 1024),
-      iov_limit_(info.rx_attr && info.rx_attr->iov_limit ? info.rx_attr->iov_limit : 4) {
+      tx_size_(info.tx_attr && info.tx_attr->size ? std::min<size_t>(info.tx_attr->size, 1024)
+                                                  : 1024),
+      iov_limit_(info.rx_attr && info.rx_attr->iov_limit
+                     ? std::min(info.rx_attr->iov_limit, kMaxIov)
+                     : kMaxIov),
+      max_msg_size_(info.ep_attr && info.ep_attr->max_msg_size ? info.ep_attr->max_msg_size
+                                                               : (size_t{1} << 30)),
+      tx_op_flags_(info.tx_attr ? info.tx_attr->op_flags : 0),
+      rx_op_flags_(info.rx_attr ? info.rx_attr->op_flags : 0),
+      queue_(rx_size_, params().unexpected_bytes, 4 * rx_size_),
+      tx_(tx_size_),
+      tx_state_(tx_size_, kFree),
+      tx_reserved_(tx_size_, 0) {
   init_fid(&box_.fid.fid, FI_CLASS_EP, context, &EpOps::fi_ops_);
-  box_.fid.ops = &Receives<Endpoint>::ep_ops_;
+  box_.fid.ops = &EpOps::ep_ops_;
   box_.fid.cm = &EpOps::cm_ops_;
   box_.fid.msg = &EpOps::msg_ops_;
+  box_.fid.tagged = &EpOps::tagged_ops_;
   box_.owner = this;
-  posted_.reserve(rx_size_);
+  if (info.src_addr != nullptr && info.src_addrlen >= sizeof(sockaddr_in)) {
+    std::memcpy(&src_, info.src_addr, sizeof(src_));
+  }
+  if (info.dest_addr != nullptr && info.dest_addrlen >= sizeof(sockaddr_in)) {
+    sockaddr_in d;
+    std::memcpy(&d, info.dest_addr, sizeof(d));
+    dest_ = d;
+  }
+  conn_handle_ = info.handle;
+  tx_free_.reserve(tx_size_);
+  for (size_t i = tx_size_; i-- > 0;) tx_free_.push_back(static_cast<uint32_t>(i));
 }
 
 Endpoint::~Endpoint() {
-  // Receives still posted are dropped with the endpoint (fi_endpoint(3)); their CQ slots return.
-  if (Cq* cq = rx_cq(); cq != nullptr && !posted_.empty()) {
-    cq->queue().cancel_reservation(posted_.size());
-  }
+  // The connection goes first: nothing calls back into this endpoint after that.
+  conn_.reset();
+  if (eq_ != nullptr) eq_->queue().purge(&box_.fid.fid);
+  std::vector<PostedRecv> dropped;
   if (srx_ != nullptr) {
+    {
+      std::lock_guard lock(srx_->mu_);
+      srx_->queue_.drop_from(this);
+    }
     srx_->detach(this);
     srx_->release();
+  }
+  // Receives still posted are dropped with the endpoint (fi_endpoint(3)); their CQ slots return.
+  dropped = queue_.take_all();
+  if (Cq* cq = rx_cq(); cq != nullptr) {
+    if (!dropped.empty()) cq->queue().cancel_reservation(dropped.size());
+    if (inflight_ == Inflight::kPosted) cq->queue().cancel_reservation(1);
+  }
+  if (tx_cq_ != nullptr) {
+    size_t held = 0;
+    for (size_t i = 0; i < tx_size_; ++i) held += tx_state_[i] != kFree && tx_reserved_[i];
+    if (held != 0) tx_cq_->queue().cancel_reservation(held);
   }
   for (Object* o :
        {static_cast<Object*>(eq_), static_cast<Object*>(tx_cq_), static_cast<Object*>(rx_cq()),
@@ -262,31 +545,139 @@ Srx* Endpoint::srx() {
   return srx_;
 }
 
-ssize_t Endpoint::post_recv(void* buf, size_t len, void* context) {
+Connection* Endpoint::connection() {
+  std::lock_guard lock(mu_);
+  return conn_.get();
+}
+
+// --- receiving
+
+void Endpoint::complete_recv(const PostedRecv& r, const Incoming& in, size_t placed,
+                             std::vector<uint32_t>* events) {
+  Cq* cq = rx_cq();
+  core::Completion c{.op_context = r.context,
+                     .flags = recv_flags(in.tagged) | (in.has_data ? FI_REMOTE_CQ_DATA : 0),
+                     .len = placed,
+                     .buf = r.iov_count ? r.iov[0].iov_base : nullptr,
+                     .data = in.has_data ? in.data : 0,
+                     .tag = in.tagged ? in.tag : 0};
+  if (in.len > placed) {
+    if (cq != nullptr) {
+      auto more = cq->complete_error(
+          {.completion = c, .olen = in.len - placed, .err = FI_ETRUNC, .prov_errno = 0});
+      events->insert(events->end(), more.begin(), more.end());
+    }
+    if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
+    return;
+  }
+  const bool report = !rx_selective_ || (r.flags & FI_COMPLETION) != 0;
+  if (cq != nullptr) {
+    if (report) {
+      auto more = cq->complete(c);
+      events->insert(events->end(), more.begin(), more.end());
+    } else {
+      cq->queue().cancel_reservation(1);
+    }
+  }
+  if (rx_cntr_ != nullptr) rx_cntr_->counter().add(1);
+}
+
+void Endpoint::deliver_unexpected(const PostedRecv& r, const Unexpected& u,
+                                  std::vector<uint32_t>* events) {
+  const size_t n = scatter(r.iov, r.iov_count, u.data.get(), std::min(u.in.len, r.len));
+  complete_recv(r, u.in, n, events);
+}
+
+RecvQueue& Endpoint::queue_locked() {
+  return srx_ != nullptr ? srx_->queue_ : queue_;
+}
+
+ssize_t Endpoint::post_recv(const PostedRecv& posted) {
+  PostedRecv r = posted;
+  if (r.default_flags) r.flags = rx_op_flags_;
   FaultAction action;
   std::vector<uint32_t> cq_events;
   Cq* cq = nullptr;
+  Connection* ack_conn = nullptr;
+  uint32_t ack_seq = 0;
+  Connection* resume = nullptr;
   {
     std::lock_guard lock(mu_);
     if (!enabled_ || failed_ || srx_ != nullptr) return -FI_EOPBADSTATE;
-    if (posted_.size() >= rx_size_) return -FI_EAGAIN;
     cq = rx_cq();
-    if (cq != nullptr) {
-      if (core::Status s = cq->queue().reserve(1); !s.ok()) return s.to_fi();
-    }
-    action = count_operation();
-    PostedRecv r{context, buf, len};
-    if (action.err != 0) {
-      if (cq != nullptr) {
-        cq_events = cq->complete_error(recv_error(r, action.err, action.prov_errno));
+    if (r.flags & (FI_PEEK | FI_CLAIM)) {
+      if (!r.tagged) return -FI_EBADFLAGS;
+      Unexpected* u = (r.flags & FI_PEEK) ? queue_.find_unexpected(true, r.tag, r.ignore)
+                                          : queue_.find_claimed(r.context);
+      if (u != nullptr && !u->complete) u = nullptr;
+      if (r.flags & FI_PEEK) {
+        if (cq == nullptr) return -FI_ENOCQ;
+        if (u == nullptr) {
+          if (!cq->queue().write_error(recv_error(r, FI_ENOMSG, 0)).ok()) return -FI_EAGAIN;
+        } else {
+          core::Completion c{.op_context = r.context,
+                             .flags = recv_flags(true) | (u->in.has_data ? FI_REMOTE_CQ_DATA : 0),
+                             .len = u->in.len,
+                             .data = u->in.has_data ? u->in.data : 0,
+                             .tag = u->in.tag};
+          if (!cq->queue().write(c).ok()) return -FI_EAGAIN;
+          if (r.flags & FI_DISCARD) {
+            if (u->in.ack == AckWanted::kDelivered) ack_seq = u->in.seq, ack_conn = conn_.get();
+            queue_.remove(u);
+            resume = conn_.get();
+          } else if (r.flags & FI_CLAIM) {
+            u->claimed_by = r.context;
+          }
+        }
+      } else {  // FI_CLAIM of a message an FI_PEEK | FI_CLAIM kept
+        if (u == nullptr) return -FI_EINVAL;
+        if (cq != nullptr && !cq->queue().reserve(1).ok()) return -FI_EAGAIN;
+        if (r.flags & FI_DISCARD) {
+          PostedRecv none = r;
+          none.iov_count = 0;
+          none.len = 0;
+          Incoming in = u->in;
+          in.len = 0;
+          complete_recv(none, in, 0, &cq_events);
+        } else {
+          deliver_unexpected(r, *u, &cq_events);
+        }
+        if (u->in.ack == AckWanted::kDelivered) ack_seq = u->in.seq, ack_conn = conn_.get();
+        queue_.remove(u);
+        resume = conn_.get();
       }
-      if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
     } else {
-      posted_.push_back(r);
+      if (queue_.full()) return -FI_EAGAIN;
+      if (cq != nullptr) {
+        if (core::Status s = cq->queue().reserve(1); !s.ok()) return s.to_fi();
+      }
+      action = count_operation();
+      r.owner = this;
+      if (action.err != 0) {
+        if (cq != nullptr) {
+          cq_events = cq->complete_error(recv_error(r, action.err, action.prov_errno));
+        }
+        if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
+      } else if (Unexpected* u = queue_.find_unexpected(r.tagged, r.tag, r.ignore)) {
+        if (u->complete) {
+          deliver_unexpected(r, *u, &cq_events);
+          if (u->in.ack == AckWanted::kDelivered) ack_seq = u->in.seq, ack_conn = conn_.get();
+          queue_.remove(u);
+          resume = conn_.get();
+        } else {
+          u->taker = r;  // completes when the rest of it arrives
+        }
+      } else {
+        queue_.post(r);
+        resume = conn_.get();
+      }
     }
   }
   raise(domain_, this, action.events);
   raise(domain_, cq, cq_events);
+  if (ack_conn != nullptr) ack_conn->ack_delivered(ack_seq);
+  if (resume != nullptr) resume->resume();
+  raise_deferred();
   return 0;
 }
 
@@ -295,12 +686,11 @@ ssize_t Endpoint::cancel(void* context) {
   Cq* cq = nullptr;
   {
     std::lock_guard lock(mu_);
-    auto it = std::find_if(posted_.begin(), posted_.end(),
-                           [context](const PostedRecv& r) { return r.context == context; });
-    if (it == posted_.end()) return -FI_ENOENT;
-    const PostedRecv r = *it;
-    posted_.erase(it);
-    if ((cq = rx_cq()) != nullptr) cq_events = cq->complete_error(recv_error(r, FI_ECANCELED, 0));
+    std::optional<PostedRecv> r = queue_.take_context(context);
+    if (!r) return -FI_ENOENT;
+    if ((cq = rx_cq()) != nullptr) {
+      cq_events = cq->complete_error(recv_error(*r, FI_ECANCELED, 0));
+    }
     if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
   }
   raise(domain_, cq, cq_events);
@@ -315,18 +705,270 @@ bool Endpoint::fail(uint32_t type) {
     if (failed_) return false;
     failed_ = true;
     cq = rx_cq();
-    for (const PostedRecv& r : posted_) {
+    for (const PostedRecv& r : queue_.take_all()) {
       if (cq != nullptr) {
         auto more = cq->complete_error(recv_error(r, FI_EIO, static_cast<int>(type)));
         cq_events.insert(cq_events.end(), more.begin(), more.end());
       }
       if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
     }
-    posted_.clear();
   }
   // The caller holds the domain's lock (raise), never ours: CQ events can go out now.
   raise(domain_, cq, cq_events);
   return true;
+}
+
+bool Endpoint::place(const Incoming& in, Placement* p) {
+  std::lock_guard lock(mu_);
+  p->iov_count = 0;
+  p->capacity = 0;
+  if (failed_) {
+    inflight_ = Inflight::kDiscard;
+    return true;
+  }
+  Cq* cq = rx_cq();
+  std::optional<PostedRecv> r;
+  if (srx_ != nullptr) {
+    std::lock_guard slock(srx_->mu_);
+    // An SRX's receives take their CQ slot when a message picks them.
+    const bool credit = cq == nullptr || cq->queue().reserve(1).ok();
+    if (credit) r = srx_->queue_.take_match(in);
+    if (r) {
+      r->owner = this;
+      if (srx_->limit_crossed_locked()) {
+        raise_later(domain_, srx_, FI_FABQ_EVENT_SRX_LIMIT_REACHED);
+      }
+    } else {
+      if (credit && cq != nullptr) cq->queue().cancel_reservation(1);
+      if (!srx_->queue_.room_for(in.len)) return false;
+      inflight_unexpected_ = srx_->queue_.add_unexpected(this, in);
+    }
+  } else {
+    r = queue_.take_match(in);
+    if (!r) {
+      if (!queue_.room_for(in.len)) return false;
+      inflight_unexpected_ = queue_.add_unexpected(this, in);
+    }
+  }
+  if (r) {
+    inflight_ = Inflight::kPosted;
+    inflight_recv_ = *r;
+    for (size_t i = 0; i < r->iov_count; ++i) p->iov[i] = r->iov[i];
+    p->iov_count = r->iov_count;
+    p->capacity = r->len;
+  } else {
+    inflight_ = Inflight::kUnexpected;
+    p->iov[0] = {inflight_unexpected_->data.get(), in.len};
+    p->iov_count = 1;
+    p->capacity = in.len;
+  }
+  return true;
+}
+
+bool Endpoint::placed(const Incoming& in, const Placement& p) {
+  std::vector<uint32_t> events;
+  bool ack_now = in.ack == AckWanted::kDelivered;
+  std::lock_guard lock(mu_);
+  switch (std::exchange(inflight_, Inflight::kNone)) {
+    case Inflight::kPosted:
+      complete_recv(inflight_recv_, in, std::min(in.len, p.capacity), &events);
+      break;
+    case Inflight::kUnexpected: {
+      Unexpected* u = std::exchange(inflight_unexpected_, nullptr);
+      std::unique_lock<std::mutex> slock;
+      if (srx_ != nullptr) slock = std::unique_lock(srx_->mu_);
+      u->complete = true;
+      if (u->taker) {
+        // Its CQ slot was reserved when it was posted, on this endpoint's receive CQ.
+        deliver_unexpected(*u->taker, *u, &events);
+        queue_locked().remove(u);
+      } else {
+        ack_now = false;  // acknowledged when a receive takes it
+      }
+      break;
+    }
+    case Inflight::kDiscard:
+    case Inflight::kNone:
+      break;
+  }
+  raise_later(domain_, rx_cq(), events);
+  return ack_now;
+}
+
+// --- sending
+
+ssize_t Endpoint::post_send(const iovec* iov, size_t count, void* context, uint64_t flags,
+                            bool tagged, uint64_t tag, bool has_data, uint64_t data,
+                            bool inject_call) {
+  if (count > kMaxIov || (count > 0 && iov == nullptr)) return -FI_EINVAL;
+  size_t len = 0;
+  for (size_t i = 0; i < count; ++i) len += iov[i].iov_len;
+  if (len > max_msg_size_) return -FI_EMSGSIZE;
+  const bool copy = inject_call || (flags & FI_INJECT) != 0;
+  if (copy && len > kInjectSize) return -FI_EMSGSIZE;
+  TxOp* op = nullptr;
+  uint32_t index = 0;
+  Connection* conn = nullptr;
+  FaultAction action;
+  std::vector<uint32_t> cq_events;
+  {
+    std::lock_guard lock(mu_);
+    if (!enabled_ || failed_) return -FI_EOPBADSTATE;
+    conn = conn_.get();
+    if (conn == nullptr || !conn->connected()) return -FI_ENOTCONN;
+    if (tx_free_.empty()) return -FI_EAGAIN;
+    const bool reserve = tx_cq_ != nullptr && !inject_call;
+    if (reserve) {
+      if (core::Status s = tx_cq_->queue().reserve(1); !s.ok()) return s.to_fi();
+    }
+    index = tx_free_.back();
+    tx_free_.pop_back();
+    op = &tx_[index];
+    *op = TxOp{};
+    op->context = context;
+    op->cq_flags = FI_SEND | (tagged ? FI_TAGGED : FI_MSG);
+    op->tagged = tagged;
+    op->tag = tagged ? tag : 0;
+    op->has_data = has_data;
+    op->data = has_data ? data : 0;
+    op->report = !inject_call && (!tx_selective_ || (flags & FI_COMPLETION) != 0);
+    op->level = level_of((flags & kCompletionLevels) ? flags : tx_op_flags_);
+    op->seq = (tx_gen_++ << kSeqIndexBits) | index;
+    op->len = len;
+    if (copy) {
+      size_t off = 0;
+      for (size_t i = 0; i < count; ++i) {
+        if (iov[i].iov_len > 0) std::memcpy(op->inject + off, iov[i].iov_base, iov[i].iov_len);
+        off += iov[i].iov_len;
+      }
+      op->iov[0] = {op->inject, len};
+      op->iov_count = 1;
+    } else {
+      for (size_t i = 0; i < count; ++i) op->iov[i] = iov[i];
+      op->iov_count = count;
+    }
+    tx_state_[index] = kSubmitted;
+    tx_reserved_[index] = reserve;
+    action = count_operation();
+    if (action.err != 0) {
+      // An injected error: the send fails as if the network had refused it.
+      if (reserve) {
+        cq_events =
+            tx_cq_->complete_error({.completion = {.op_context = context, .flags = op->cq_flags},
+                                    .err = action.err,
+                                    .prov_errno = action.prov_errno});
+      }
+      if (tx_cntr_ != nullptr) tx_cntr_->counter().add_error(1);
+      tx_state_[index] = kFree;
+      tx_free_.push_back(index);
+      op = nullptr;
+    }
+  }
+  raise(domain_, this, action.events);
+  raise(domain_, tx_cq_, cq_events);
+  if (op == nullptr) return 0;
+  if (const int rc = conn->submit(op); rc != 0) {
+    std::lock_guard lock(mu_);
+    if (tx_reserved_[index]) tx_cq_->queue().cancel_reservation(1);
+    tx_state_[index] = kFree;
+    tx_free_.push_back(index);
+    return rc;
+  }
+  raise_deferred();
+  return 0;
+}
+
+void Endpoint::finish_send(uint32_t index, int err, std::vector<uint32_t>* events) {
+  TxOp& op = tx_[index];
+  if (tx_reserved_[index]) {
+    core::Completion c{.op_context = op.context, .flags = op.cq_flags};
+    std::vector<uint32_t> more;
+    if (err != 0) {
+      more = tx_cq_->complete_error({.completion = c, .err = err, .prov_errno = 0});
+    } else if (op.report) {
+      more = tx_cq_->complete(c);
+    } else {
+      tx_cq_->queue().cancel_reservation(1);
+    }
+    events->insert(events->end(), more.begin(), more.end());
+  }
+  if (tx_cntr_ != nullptr) {
+    if (err != 0) {
+      tx_cntr_->counter().add_error(1);
+    } else {
+      tx_cntr_->counter().add(1);
+    }
+  }
+  tx_state_[index] = kFree;
+  tx_reserved_[index] = 0;
+  tx_free_.push_back(index);
+}
+
+void Endpoint::tx_written(TxOp* op) {
+  std::vector<uint32_t> events;
+  {
+    std::lock_guard lock(mu_);
+    const auto index = static_cast<uint32_t>(op - tx_.data());
+    if (op->level == TxLevel::kInject) {
+      finish_send(index, 0, &events);
+    } else {
+      tx_state_[index] = kWritten;
+    }
+  }
+  raise_later(domain_, tx_cq_, events);
+}
+
+bool Endpoint::tx_acked(uint32_t seq, bool delivered) {
+  std::vector<uint32_t> events;
+  {
+    std::lock_guard lock(mu_);
+    const uint32_t index = seq & ((1u << kSeqIndexBits) - 1);
+    if (index >= tx_size_ || tx_state_[index] != kWritten || tx_[index].seq != seq) return false;
+    const TxLevel want = delivered ? TxLevel::kDelivery : TxLevel::kTransmit;
+    if (tx_[index].level != want) return false;
+    finish_send(index, 0, &events);
+  }
+  raise_later(domain_, tx_cq_, events);
+  return true;
+}
+
+void Endpoint::abort_sends(int err) {
+  std::vector<uint32_t> events;
+  {
+    std::lock_guard lock(mu_);
+    for (uint32_t i = 0; i < tx_size_; ++i) {
+      if (tx_state_[i] != kFree) finish_send(i, err, &events);
+    }
+  }
+  raise_later(domain_, tx_cq_, events);
+}
+
+// --- connection events
+
+void Endpoint::cm_event(uint32_t event, const void* data, size_t len) {
+  Eq* q = eq();
+  if (q == nullptr) return;
+  unsigned char buf[sizeof(fi_eq_cm_entry) + kMaxCmData];
+  fi_eq_cm_entry entry{};
+  entry.fid = &box_.fid.fid;
+  entry.info = nullptr;
+  std::memcpy(buf, &entry, sizeof(entry));
+  len = std::min(len, kMaxCmData);
+  if (len > 0) std::memcpy(buf + sizeof(entry), data, len);
+  const size_t size = sizeof(entry) + (event == FI_CONNECTED ? len : 0);
+  (void)q->queue().write(event, buf, size);
+}
+
+void Endpoint::cm_error(int err, const void* data, size_t len) {
+  Eq* q = eq();
+  if (q == nullptr) return;
+  core::EqError e{};
+  e.fid = &box_.fid.fid;
+  e.context = box_.fid.fid.context;
+  e.err = err;
+  e.err_data = len > 0 ? data : nullptr;
+  e.err_data_size = std::min(len, core::kEqMaxErrData);
+  (void)q->queue().write_error(e);
 }
 
 // --- shared receive contexts
@@ -355,6 +997,19 @@ struct SrxOps {
       .senddata = enosys_ssize<fid_ep*, const void*, size_t, void*, uint64_t, fi_addr_t, void*>,
       .injectdata = enosys_ssize<fid_ep*, const void*, size_t, uint64_t, fi_addr_t>,
   };
+  static inline fi_ops_tagged tagged_ops_ = {
+      .size = sizeof(fi_ops_tagged),
+      .recv = R::trecv,
+      .recvv = R::trecvv,
+      .recvmsg = R::trecvmsg,
+      .send = enosys_ssize<fid_ep*, const void*, size_t, void*, fi_addr_t, uint64_t, void*>,
+      .sendv = enosys_ssize<fid_ep*, const iovec*, void**, size_t, fi_addr_t, uint64_t, void*>,
+      .sendmsg = enosys_ssize<fid_ep*, const fi_msg_tagged*, uint64_t>,
+      .inject = enosys_ssize<fid_ep*, const void*, size_t, fi_addr_t, uint64_t>,
+      .senddata =
+          enosys_ssize<fid_ep*, const void*, size_t, void*, uint64_t, fi_addr_t, uint64_t, void*>,
+      .injectdata = enosys_ssize<fid_ep*, const void*, size_t, uint64_t, fi_addr_t, uint64_t>,
+  };
 };
 
 Srx* Srx::from_fid(const fid* f) {
@@ -366,13 +1021,14 @@ Srx::Srx(Domain* domain, const fi_rx_attr& attr, void* context)
       AsyncTarget(core::FaultTargetKind::kSrx, &box_.fid.fid),
       domain_(domain),
       size_(attr.size ? attr.size : 1024),
-      iov_limit_(attr.iov_limit ? attr.iov_limit : 4) {
+      iov_limit_(attr.iov_limit ? std::min(attr.iov_limit, kMaxIov) : kMaxIov),
+      queue_(size_, params().unexpected_bytes, 4 * size_) {
   init_fid(&box_.fid.fid, FI_CLASS_SRX_CTX, context, &SrxOps::fi_ops_);
   box_.fid.ops = &Receives<Srx>::ep_ops_;
   box_.fid.cm = &EpOps::cm_ops_;
   box_.fid.msg = &SrxOps::msg_ops_;
+  box_.fid.tagged = &SrxOps::tagged_ops_;
   box_.owner = this;
-  posted_.reserve(size_);
 }
 
 std::vector<Endpoint*> Srx::endpoints() {
@@ -390,6 +1046,12 @@ void Srx::arm_limit(size_t limit) {
   limit_ = limit;
 }
 
+bool Srx::limit_crossed_locked() {
+  if (limit_ == 0 || queue_.posted() >= limit_) return false;
+  limit_ = 0;
+  return true;
+}
+
 void Srx::attach(Endpoint* ep) {
   std::lock_guard lock(mu_);
   endpoints_.push_back(ep);
@@ -400,16 +1062,52 @@ void Srx::detach(Endpoint* ep) {
   std::erase(endpoints_, ep);
 }
 
-ssize_t Srx::post_recv(void* buf, size_t len, void* context) {
+ssize_t Srx::post_recv(const PostedRecv& posted) {
+  PostedRecv r = posted;
   FaultAction action;
+  std::vector<uint32_t> cq_events;
+  Endpoint* from = nullptr;
+  uint32_t ack_seq = 0;
+  bool ack = false;
   {
     std::lock_guard lock(mu_);
     if (failed_) return -FI_EOPBADSTATE;
-    if (posted_.size() >= size_) return -FI_EAGAIN;
+    if (r.flags & (FI_PEEK | FI_CLAIM)) return -FI_EBADFLAGS;
+    if (queue_.full()) return -FI_EAGAIN;
     action = count_operation();
-    posted_.push_back({context, buf, len});
+    Unexpected* u = queue_.find_unexpected(r.tagged, r.tag, r.ignore);
+    if (u != nullptr && u->complete) {
+      from = u->from;
+      Cq* cq = from->rx_cq();
+      if (cq != nullptr && !cq->queue().reserve(1).ok()) return -FI_EAGAIN;
+      r.owner = from;
+      from->deliver_unexpected(r, *u, &cq_events);
+      ack = u->in.ack == AckWanted::kDelivered;
+      ack_seq = u->in.seq;
+      queue_.remove(u);
+    } else if (u != nullptr) {
+      // Still arriving: it completes on its endpoint's receive CQ, so the slot is taken there.
+      Cq* cq = u->from->rx_cq();
+      if (cq != nullptr && !cq->queue().reserve(1).ok()) return -FI_EAGAIN;
+      r.owner = u->from;
+      u->taker = r;
+    } else {
+      queue_.post(r);
+    }
   }
   raise(domain_, this, action.events);
+  if (from != nullptr) {
+    raise(domain_, from->rx_cq(), cq_events);
+    if (Connection* c = from->connection(); c != nullptr) {
+      if (ack) c->ack_delivered(ack_seq);
+      c->resume();
+    }
+  } else {
+    for (Endpoint* ep : endpoints()) {
+      if (Connection* c = ep->connection(); c != nullptr) c->resume();
+    }
+  }
+  raise_deferred();
   return 0;
 }
 
@@ -419,22 +1117,21 @@ ssize_t Srx::cancel(void* context) {
   bool limit_reached = false;
   {
     std::lock_guard lock(mu_);
-    auto it = std::find_if(posted_.begin(), posted_.end(),
-                           [context](const PostedRecv& r) { return r.context == context; });
-    if (it == posted_.end()) return -FI_ENOENT;
     Cq* cq = nullptr;
     for (Endpoint* ep : endpoints_) {
       if ((cq = ep->rx_cq()) != nullptr) break;
     }
-    if (cq == nullptr) return -FI_ENOCQ;
-    if (core::Status s = cq->queue().write_error(recv_error(*it, FI_ECANCELED, 0)); !s.ok()) {
-      return s.to_fi();  // full: the receive stays posted, nothing is lost
+    std::optional<PostedRecv> r = queue_.take_context(context);
+    if (!r) return -FI_ENOENT;
+    if (cq == nullptr) {
+      queue_.post(*r);
+      return -FI_ENOCQ;
     }
-    posted_.erase(it);
-    if (limit_ != 0 && posted_.size() < limit_) {
-      limit_ = 0;
-      limit_reached = true;
+    if (core::Status s = cq->queue().write_error(recv_error(*r, FI_ECANCELED, 0)); !s.ok()) {
+      queue_.post(*r);  // full: the receive stays posted, nothing is lost
+      return s.to_fi();
     }
+    limit_reached = limit_crossed_locked();
   }
   if (limit_reached) raise(domain_, this, FI_FABQ_EVENT_SRX_LIMIT_REACHED);
   return 0;
@@ -451,6 +1148,15 @@ int open_endpoint(fid_domain* domain_fid, fi_info* info, fid_ep** out, void* con
   if (domain->failed()) return -FI_EOPBADSTATE;
   Endpoint* e = make_object<Endpoint>(domain, *info, context);
   if (e == nullptr) return -FI_ENOMEM;
+  if (info->handle != nullptr) {
+    // Opened from an FI_CONNREQ: the endpoint takes over the pending connection.
+    int err = 0;
+    e->conn_.reset(make_connection(e, info->handle, &err));
+    if (e->conn_ == nullptr) {
+      delete e;
+      return err != 0 ? err : -FI_EINVAL;
+    }
+  }
   *out = e->handle();
   domain->register_target(e);
   domain->note_operation();

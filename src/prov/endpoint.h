@@ -1,23 +1,27 @@
-// fabq provider: FI_EP_MSG endpoints and shared receive contexts (fi_endpoint(3)), before the
-// transport.
+// fabq provider: FI_EP_MSG endpoints and shared receive contexts (fi_endpoint(3), fi_cm(3),
+// fi_msg(3), fi_tagged(3)).
 //
-// What works now: fi_endpoint / fi_srx_context with fabq's fi_info; fi_ep_bind of an EQ (flags
-// 0), CQs (FI_TRANSMIT, FI_RECV, FI_SELECTIVE_COMPLETION), counters (FI_SEND, FI_RECV) and an
-// SRX; fi_enable (-FI_ENOEQ without an EQ, -FI_ENOCQ without a CQ or counter for receives);
-// posting receives (fi_recv, fi_recvv, fi_recvmsg), which wait for a sender; fi_cancel, which
-// completes a posted receive with an FI_ECANCELED error completion. Sends and connection
-// management need a connected peer and the TCP transport: sends return -FI_ENOTCONN, the CM
-// calls -FI_ENOSYS.
+// An endpoint is the libfabric object: its bindings (EQ, CQs, counters, SRX), its transmit
+// ring, its receive queue (or its SRX's), matching, completions and counters. Bytes move in
+// the transport (prov/transport.h), through the endpoint's Connection.
 //
-// Limits: rx_attr.size receives posted per endpoint or SRX (more: -FI_EAGAIN); each posted
-// receive holds a slot of the receive CQ (a full CQ: -FI_EAGAIN), so its completion can never
-// be lost. Posting before fi_enable, or on an endpoint that has an SRX bound: -FI_EOPBADSTATE.
+// Sends: fi_send, sendv, sendmsg, inject, senddata, injectdata and the tagged equivalents. A
+// send takes a slot of the transmit ring (tx_attr.size; none free: -FI_EAGAIN) and, when a
+// transmit CQ is bound, a slot of that CQ (full: -FI_EAGAIN), so its completion can never be
+// lost. fi_inject and FI_INJECT copy the data (at most inject_size bytes); fi_inject writes no
+// completion. Completion levels: FI_INJECT_COMPLETE (the default), FI_TRANSMIT_COMPLETE,
+// FI_DELIVERY_COMPLETE (prov/transport.h TxLevel). With FI_SELECTIVE_COMPLETION bound, only
+// sends with FI_COMPLETION write a successful completion; failures always do.
+//
+// Receives: fi_recv, recvv, recvmsg, trecv, trecvv, trecvmsg (FI_PEEK, FI_CLAIM, FI_DISCARD).
+// Each posted receive holds a slot of the receive CQ. A message longer than its receive
+// buffer completes in error: err FI_ETRUNC, olen = the bytes that did not fit. fi_cancel
+// completes a posted receive with FI_ECANCELED.
 //
 // Asynchronous events (fi_fabq.h): an endpoint after EP_FATAL, EP_REQ_ERR or EP_ACCESS_ERR
 // completes every posted receive in error (err FI_EIO, prov_errno = the event) and refuses
-// posts with -FI_EOPBADSTATE. An SRX after SRX_ERR refuses posts; its receives stay posted
-// until it closes (as verbs' SRQ). The SRX's armed limit raises SRX_LIMIT_REACHED when its
-// posted receives drop below it.
+// posts with -FI_EOPBADSTATE. An SRX after SRX_ERR refuses posts. The SRX's armed limit raises
+// SRX_LIMIT_REACHED when its posted receives drop below it.
 //
 // Threads: every call may come from any thread (FI_THREAD_SAFE); each object has one mutex.
 #pragma once
@@ -26,11 +30,15 @@
 #include <rdma/fi_endpoint.h>
 
 #include <atomic>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "prov/events.h"
 #include "prov/object.h"
+#include "prov/recv_queue.h"
+#include "prov/transport.h"
 
 namespace fabq::prov {
 
@@ -39,13 +47,6 @@ class Cq;
 class Domain;
 class Eq;
 class Srx;
-
-// A receive waiting for a message.
-struct PostedRecv {
-  void* context;
-  void* buf;
-  size_t len;
-};
 
 class Endpoint final : public Object, public AsyncTarget {
  public:
@@ -61,28 +62,80 @@ class Endpoint final : public Object, public AsyncTarget {
   // Puts the endpoint in the error state and fails its posted receives with `type` as
   // prov_errno. True the first time.
   bool fail(uint32_t type);
+  // The address fi_getinfo gave it (port 0 until it connects).
+  const sockaddr_in& src_addr() const { return src_; }
+  size_t max_msg_size() const { return max_msg_size_; }
+
+  // --- For the transport (prov/transport.h), called holding the connection's lock.
+  // Where `in`'s payload goes. False: no room now (the connection stalls and asks again).
+  bool place(const Incoming& in, Placement* p);
+  // `in`'s payload has arrived whole. True: send the delivery acknowledgement now.
+  bool placed(const Incoming& in, const Placement& p);
+  // A send is written whole to the kernel / acknowledged by the peer. tx_acked() is false for a
+  // sequence number that names no send awaiting that acknowledgement (a protocol violation).
+  void tx_written(TxOp* op);
+  bool tx_acked(uint32_t seq, bool delivered);
+  // The connection is gone: every send not completed yet completes with `err`.
+  void abort_sends(int err);
+  // A CM event for the EQ (FI_CONNECTED with the peer's data, FI_SHUTDOWN), or an error entry.
+  void cm_event(uint32_t event, const void* data, size_t len);
+  void cm_error(int err, const void* data, size_t len);
 
  private:
   friend struct EpOps;
   template <class T>
   friend struct Receives;
-  ssize_t post_recv(void* buf, size_t len, void* context);
+  friend class Srx;
+  friend int open_endpoint(fid_domain*, fi_info*, fid_ep**, void*);
+  ssize_t post_recv(const PostedRecv& r);
   ssize_t cancel(void* context);
+  ssize_t post_send(const iovec* iov, size_t count, void* context, uint64_t flags, bool tagged,
+                    uint64_t tag, bool has_data, uint64_t data, bool inject_call);
+  RecvQueue& queue_locked();
+  // Completes a receive with the message `in` whose payload is in `p` (placed bytes `placed`).
+  void complete_recv(const PostedRecv& r, const Incoming& in, size_t placed,
+                     std::vector<uint32_t>* events);
+  // Copies a buffered message into `r` and completes it.
+  void deliver_unexpected(const PostedRecv& r, const Unexpected& u, std::vector<uint32_t>* events);
+  void finish_send(uint32_t index, int err, std::vector<uint32_t>* events);
+  Connection* connection();
 
   FidBox<fid_ep> box_;
   Domain* const domain_;
   const size_t rx_size_;
+  const size_t tx_size_;
   const size_t iov_limit_;
+  const size_t max_msg_size_;
+  const uint64_t tx_op_flags_;
+  const uint64_t rx_op_flags_;
+  sockaddr_in src_{};
+  std::optional<sockaddr_in> dest_;
+  fid_t conn_handle_ = nullptr;  // the CONNREQ this endpoint was opened from
   std::mutex mu_;
   bool enabled_ = false;
   bool failed_ = false;
+  bool tx_selective_ = false;
+  bool rx_selective_ = false;
   Eq* eq_ = nullptr;
   Cq* tx_cq_ = nullptr;
   std::atomic<Cq*> rx_cq_{nullptr};  // set once at bind (release), under mu_
   Cntr* tx_cntr_ = nullptr;
   Cntr* rx_cntr_ = nullptr;
   Srx* srx_ = nullptr;
-  std::vector<PostedRecv> posted_;
+  RecvQueue queue_;
+  // The message the connection is placing now (one at a time per connection).
+  enum class Inflight : uint8_t { kNone, kPosted, kUnexpected, kDiscard };
+  Inflight inflight_ = Inflight::kNone;
+  PostedRecv inflight_recv_;
+  Unexpected* inflight_unexpected_ = nullptr;
+  // Transmit ring: slots, free indices, whether each is in use, the next generation.
+  std::vector<TxOp> tx_;
+  std::vector<uint32_t> tx_free_;
+  std::vector<uint8_t> tx_state_;     // 0 free, 1 submitted, 2 written (awaiting an ack)
+  std::vector<uint8_t> tx_reserved_;  // holds a transmit CQ slot
+  uint32_t tx_gen_ = 0;
+  // Created by fi_connect, or at open for an endpoint opened from a CONNREQ. Destroyed first.
+  std::unique_ptr<Connection> conn_;
 };
 
 class Srx final : public Object, public AsyncTarget {
@@ -99,10 +152,13 @@ class Srx final : public Object, public AsyncTarget {
 
  private:
   friend struct SrxOps;
+  friend class Endpoint;
   template <class T>
   friend struct Receives;
-  ssize_t post_recv(void* buf, size_t len, void* context);
+  ssize_t post_recv(const PostedRecv& r);
   ssize_t cancel(void* context);
+  // Under mu_: whether the posted count fell below the armed limit (disarms it).
+  bool limit_crossed_locked();
 
   FidBox<fid_ep> box_;
   Domain* const domain_;
@@ -111,7 +167,7 @@ class Srx final : public Object, public AsyncTarget {
   std::mutex mu_;
   bool failed_ = false;
   size_t limit_ = 0;
-  std::vector<PostedRecv> posted_;
+  RecvQueue queue_;
   std::vector<Endpoint*> endpoints_;
 };
 

@@ -57,6 +57,7 @@ struct EqOps {
     Eq* eq = Eq::from_fid(&f->fid);
     if (eq == nullptr) return -FI_EINVAL;
     if ((flags & ~FI_PEEK) != 0) return -FI_EBADFLAGS;
+    eq->drive();
     return eq->queue_->read(event, buf, len, flags).to_fi();
   }
 
@@ -64,6 +65,7 @@ struct EqOps {
     Eq* eq = Eq::from_fid(&f->fid);
     if (eq == nullptr || buf == nullptr) return -FI_EINVAL;
     if ((flags & ~FI_PEEK) != 0) return -FI_EBADFLAGS;
+    eq->drive();
     if (!eq->legacy_err_data_) return eq->queue_->read_error(buf, flags).to_fi();
     // API < 1.5: the application's struct ends before err_data_size.
     fi_eq_err_entry full{};
@@ -87,6 +89,8 @@ struct EqOps {
     Eq* eq = Eq::from_fid(&f->fid);
     if (eq == nullptr) return -FI_EINVAL;
     if ((flags & ~FI_PEEK) != 0) return -FI_EBADFLAGS;
+    eq->drive();
+    BlockingScope blocking(eq->fabric_);
     return eq->queue_->sread(event, buf, len, timeout, flags).to_fi();
   }
 
@@ -112,6 +116,11 @@ struct EqOps {
       .strerror = strerror,
   };
 };
+
+void Eq::drive() {
+  external_.disarm();
+  progress(fabric_);
+}
 
 Eq* Eq::from_fid(const fid* f) {
   return Object::from<Eq, fid_eq>(f, FI_CLASS_EQ, &EqOps::fi_ops_);

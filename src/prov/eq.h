@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "core/eq.h"
+#include "prov/fabric.h"
 #include "prov/object.h"
 
 namespace fabq::prov {
@@ -32,6 +33,9 @@ class Eq final : public Object {
   ~Eq() override;
   fid_eq* handle() { return &box_.fid; }
   core::EventQueue& queue() { return *queue_; }
+  // What every read does first: drives the transport (prov/transport.h).
+  void drive();
+  ExternalWait& external() { return external_; }
 
  private:
   friend struct EqOps;
@@ -41,6 +45,7 @@ class Eq final : public Object {
   const uint64_t flags_;
   const bool legacy_err_data_;
   std::unique_ptr<core::EventQueue> queue_;
+  ExternalWait external_;
 };
 
 int open_eq(fid_fabric* fabric, fi_eq_attr* attr, fid_eq** eq, void* context);

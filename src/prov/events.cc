@@ -250,6 +250,41 @@ void Registry::fire(uint64_t domain_id, uint64_t target_serial,
   if (it != impl_->domains.end()) it->second->fire_timed(target_serial, rule);
 }
 
+void Registry::raise_on(uint64_t domain_id, uint64_t target_serial, uint32_t type) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->domains.find(domain_id);
+  if (it == impl_->domains.end()) return;
+  Domain* d = it->second;
+  std::lock_guard dlock(d->mu_);
+  if (AsyncTarget* t = d->find_target_locked(target_serial)) raise(d, t, type);
+}
+
+namespace {
+struct Deferred {
+  uint64_t domain_id;
+  uint64_t serial;
+  uint32_t type;
+};
+thread_local std::vector<Deferred> t_deferred;
+}  // namespace
+
+void raise_later(Domain* d, AsyncTarget* t, uint32_t type) {
+  if (d == nullptr || t == nullptr) return;
+  t_deferred.push_back({d->id(), t->serial(), type});
+}
+
+void raise_later(Domain* d, AsyncTarget* t, const std::vector<uint32_t>& types) {
+  for (uint32_t type : types) raise_later(d, t, type);
+}
+
+void raise_deferred() {
+  if (t_deferred.empty()) [[likely]]
+    return;
+  std::vector<Deferred> now;
+  now.swap(t_deferred);
+  for (const Deferred& e : now) Registry::get().raise_on(e.domain_id, e.serial, e.type);
+}
+
 void raise(Domain* d, AsyncTarget* t, const std::vector<uint32_t>& types) {
   for (uint32_t type : types) raise(d, t, type);
 }

@@ -53,6 +53,8 @@ class AsyncTarget {
   core::FaultTargetKind kind() const { return kind_; }
   fid_t target_fid() const { return fid_; }
   core::AsyncTracker* tracker() { return &tracker_; }
+  // Unique in the domain once registered (Domain::register_target); 0 before.
+  uint64_t serial() const { return serial_; }
 
   // Counts one operation against the armed triggers. Cheap when nothing is armed.
   FaultAction count_operation();
@@ -83,6 +85,13 @@ void raise(Domain* domain, AsyncTarget* target, uint32_t type);
 // Each of `types`, in order (what a counted operation's fault triggers decided).
 void raise(Domain* domain, AsyncTarget* target, const std::vector<uint32_t>& types);
 
+// For code that holds a transport, connection, endpoint or SRX lock: queues the events on the
+// calling thread; raise_deferred(), called once those locks are released, raises them on the
+// objects that are still open (a closed object's queued events are dropped with it).
+void raise_later(Domain* domain, AsyncTarget* target, uint32_t type);
+void raise_later(Domain* domain, AsyncTarget* target, const std::vector<uint32_t>& types);
+void raise_deferred();
+
 // Process-wide devices. attach() is called when a domain opens (it learns the port state and
 // starts the monitor), detach_and_close() when it closes.
 class Registry {
@@ -99,6 +108,8 @@ class Registry {
   // unless the domain or the target has closed by then.
   void schedule(uint64_t domain_id, uint64_t delay_ms, uint64_t target_serial,
                 std::shared_ptr<const core::FaultRule> rule);
+  // Raises `type` on the target with this serial of the domain with this id, if both are open.
+  void raise_on(uint64_t domain_id, uint64_t target_serial, uint32_t type);
   // The same, now, on the calling thread (which must hold no domain, endpoint or SRX lock).
   void fire(uint64_t domain_id, uint64_t target_serial,
             const std::shared_ptr<const core::FaultRule>& rule);

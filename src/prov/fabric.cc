@@ -7,6 +7,7 @@
 #include "prov/getinfo.h"
 #include "prov/noop.h"
 #include "prov/provider.h"
+#include "prov/transport.h"
 #include "prov/wait_set.h"
 
 namespace fabq::prov {
@@ -16,9 +17,15 @@ struct FabricOps {
 
   // fi_trywait(3): 0 when every object is quiet and armed, -FI_EAGAIN as soon as one has
   // something to read. Objects without a wait object: -FI_ENOSYS; foreign fids: -FI_EINVAL.
+  //
+  // With a transport, it first moves what the sockets hold; once it returns 0 the transport
+  // keeps moving bytes while the application sleeps on the fds, until it reads those objects
+  // again (prov/transport.h).
   static int trywait(fid_fabric* f, fid** fids, int count) {
-    if (Fabric::from_fid(f != nullptr ? &f->fid : nullptr) == nullptr) return -FI_EINVAL;
+    Fabric* fabric = Fabric::from_fid(f != nullptr ? &f->fid : nullptr);
+    if (fabric == nullptr) return -FI_EINVAL;
     if (count < 0 || (count > 0 && fids == nullptr)) return -FI_EINVAL;
+    progress(fabric);
     for (int i = 0; i < count; ++i) {
       core::Status s;
       if (Eq* eq = Eq::from_fid(fids[i])) {
@@ -33,6 +40,17 @@ struct FabricOps {
         return -FI_EINVAL;
       }
       if (!s.ok()) return s.to_fi();
+    }
+    for (int i = 0; i < count; ++i) {
+      if (Eq* eq = Eq::from_fid(fids[i])) {
+        eq->external().arm(fabric);
+      } else if (Cq* cq = Cq::from_fid(fids[i])) {
+        cq->external().arm(fabric);
+      } else if (Cntr* c = Cntr::from_fid(fids[i])) {
+        c->external().arm(fabric);
+      } else if (WaitSet* w = WaitSet::from_fid(fids[i])) {
+        w->external().arm(fabric);
+      }
     }
     return 0;
   }
@@ -56,7 +74,7 @@ struct FabricOps {
   static inline fi_ops_fabric fabric_ops_ = {
       .size = sizeof(fi_ops_fabric),
       .domain = open_domain,
-      .passive_ep = enosys<fid_fabric*, fi_info*, fid_pep**, void*>,
+      .passive_ep = open_passive_ep,
       .eq_open = open_eq,
       .wait_open = open_wait_set,
       .trywait = trywait,
@@ -74,6 +92,50 @@ Fabric::Fabric(const fi_fabric_attr& attr, void* context)
   box_.fid.ops = &FabricOps::fabric_ops_;
   box_.fid.api_version = attr.api_version;
   box_.owner = this;
+}
+
+Fabric::~Fabric() {
+  delete transport_.load(std::memory_order_acquire);
+}
+
+Transport* Fabric::transport() {
+  if (Transport* t = transport_if_any()) return t;
+  std::lock_guard lock(transport_mu_);
+  Transport* t = transport_.load(std::memory_order_relaxed);
+  if (t == nullptr) {
+    t = make_transport(this);
+    transport_.store(t, std::memory_order_release);
+  }
+  return t;
+}
+
+void progress(Fabric* fabric) {
+  if (Transport* t = fabric->transport_if_any()) t->progress();
+}
+
+BlockingScope::BlockingScope(Fabric* fabric) : transport_(fabric->transport_if_any()) {
+  if (transport_ != nullptr) transport_->begin_wait();
+}
+
+BlockingScope::~BlockingScope() {
+  if (transport_ != nullptr) transport_->end_wait();
+}
+
+ExternalWait::~ExternalWait() {
+  disarm();
+}
+
+void ExternalWait::arm(Fabric* fabric) {
+  Transport* t = fabric->transport_if_any();
+  if (t == nullptr) return;
+  Transport* none = nullptr;
+  if (armed_.compare_exchange_strong(none, t, std::memory_order_acq_rel)) t->begin_wait();
+}
+
+void ExternalWait::disarm() {
+  if (armed_.load(std::memory_order_relaxed) == nullptr) [[likely]]
+    return;
+  if (Transport* t = armed_.exchange(nullptr, std::memory_order_acq_rel)) t->end_wait();
 }
 
 bool Fabric::acquire_eq_slot() {

@@ -10,17 +10,21 @@
 #include <rdma/fabric.h>
 
 #include <atomic>
+#include <mutex>
 #include <string>
 
 #include "prov/object.h"
 
 namespace fabq::prov {
 
+class Transport;
+
 class Fabric final : public Object {
  public:
   static Fabric* from_fid(const fid* f);
 
   Fabric(const fi_fabric_attr& attr, void* context);
+  ~Fabric() override;
   fid_fabric* handle() { return &box_.fid; }
   const std::string& name() const { return name_; }
   uint32_t api_version() const { return api_version_; }
@@ -31,6 +35,13 @@ class Fabric final : public Object {
   bool acquire_eq_slot();
   void release_eq_slot() { eqs_.fetch_sub(1, std::memory_order_relaxed); }
 
+  // The transport that moves this fabric's bytes (prov/transport.h): created by the first
+  // endpoint or passive endpoint, destroyed with the fabric.
+  Transport* transport();
+  // Null until then; what queue reads look at to drive progress. Acquire pairs with the
+  // release in transport().
+  Transport* transport_if_any() const { return transport_.load(std::memory_order_acquire); }
+
  private:
   static int close(fid* f);
 
@@ -38,6 +49,36 @@ class Fabric final : public Object {
   std::string name_;
   uint32_t api_version_;
   std::atomic<size_t> eqs_{0};
+  std::mutex transport_mu_;
+  std::atomic<Transport*> transport_{nullptr};
+};
+
+// Drives the fabric's transport, if it has one: what every queue read does first.
+void progress(Fabric* fabric);
+
+// A thread blocks on a queue of `fabric` for the life of this object: the transport keeps
+// moving bytes meanwhile (prov/transport.h).
+class BlockingScope {
+ public:
+  explicit BlockingScope(Fabric* fabric);
+  ~BlockingScope();
+  BlockingScope(const BlockingScope&) = delete;
+  BlockingScope& operator=(const BlockingScope&) = delete;
+
+ private:
+  Transport* transport_;
+};
+
+// fi_trywait left an application waiting on a queue's fd or condition: the transport keeps
+// moving bytes until the application reads that queue again.
+class ExternalWait {
+ public:
+  ~ExternalWait();
+  void arm(Fabric* fabric);
+  void disarm();
+
+ private:
+  std::atomic<Transport*> armed_{nullptr};
 };
 
 // fi_provider::fabric.

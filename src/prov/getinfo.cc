@@ -18,14 +18,15 @@
 #include "core/unique_fd.h"
 #include "prov/object.h"
 #include "prov/provider.h"
+#include "prov/transport.h"
 
 namespace fabq::prov {
 namespace {
 
-// What fabq provides. Endpoints come with the transport; these are the attributes it is
-// being built to.
-constexpr uint64_t kTxCaps = FI_MSG | FI_SEND;
-constexpr uint64_t kRxCaps = FI_MSG | FI_RECV;
+// What fabq provides: connected (FI_EP_MSG) endpoints over TCP with messages and tagged
+// messages (prov/endpoint.h).
+constexpr uint64_t kTxCaps = FI_MSG | FI_TAGGED | FI_SEND;
+constexpr uint64_t kRxCaps = FI_MSG | FI_TAGGED | FI_RECV;
 constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 constexpr uint64_t kCaps = kTxCaps | kRxCaps | kDomainCaps;
 constexpr uint64_t kMsgOrder = FI_ORDER_SAS;
@@ -33,9 +34,8 @@ constexpr uint64_t kCompOrder = FI_ORDER_NONE;
 constexpr uint64_t kTxOpFlags =
     FI_COMPLETION | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
 constexpr uint64_t kRxOpFlags = FI_COMPLETION;
-constexpr size_t kInjectSize = 64;
 constexpr size_t kQueueDepth = 1024;
-constexpr size_t kIovLimit = 4;
+constexpr size_t kIovLimit = kMaxIov;
 constexpr size_t kMaxMsgSize = size_t{1} << 30;
 constexpr size_t kEpCount = 1024;
 constexpr size_t kCqDataSize = 8;
@@ -220,7 +220,7 @@ fi_info* make_info(uint32_t version, const fi_info* hints, const Iface& iface,
   if (dest) info->dest_addr = dup_addr(*dest, &info->dest_addrlen);
 
   fi_tx_attr* tx = info->tx_attr;
-  tx->caps = info->caps & (kTxCaps | FI_MSG);
+  tx->caps = info->caps & kTxCaps;
   tx->mode = 0;
   tx->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
   tx->msg_order = kMsgOrder;
@@ -231,7 +231,7 @@ fi_info* make_info(uint32_t version, const fi_info* hints, const Iface& iface,
   tx->rma_iov_limit = 0;
 
   fi_rx_attr* rx = info->rx_attr;
-  rx->caps = info->caps & (kRxCaps | FI_MSG);
+  rx->caps = info->caps & kRxCaps;
   rx->mode = 0;
   rx->op_flags = hints && hints->rx_attr ? hints->rx_attr->op_flags : 0;
   rx->msg_order = kMsgOrder;

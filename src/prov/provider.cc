@@ -67,6 +67,15 @@ extern "C" FI_EXT_INI {
                   "Microseconds a blocking read spins before it sleeps (FI_WAIT_UNSPEC, FD, "
                   "POLLFD, MUTEX_COND)",
                   /*allow_zero=*/true);
+  define_and_read("unexpected_bytes", &g_params.unexpected_bytes,
+                  "Bytes of messages that arrived before their receive, buffered per endpoint or "
+                  "SRX; beyond it the sender waits (TCP back-pressure)");
+  define_and_read("connect_timeout_ms", &g_params.connect_timeout_ms,
+                  "Milliseconds fi_connect waits for the peer's answer before an FI_ETIMEDOUT "
+                  "error entry");
+  define_and_read("keepalive_ms", &g_params.keepalive_ms,
+                  "Milliseconds after which a connection whose peer stopped answering TCP "
+                  "keep-alive probes fails with FI_FABQ_EVENT_EP_FATAL");
   // Read at every fi_domain (so that it can differ between domains); defined here so that
   // `fi_info -e` lists it. Grammar: include/fabq/fi_fabq.h, docs/fi_fabq.7.md.
   fi_param_define(&fabq::prov::g_provider, "faults", FI_PARAM_STRING,

@@ -23,14 +23,17 @@ inline constexpr uint32_t kProviderVersion = FI_VERSION(0, 1);
 inline constexpr uint32_t kApiVersion = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
 
 struct Params {
-  size_t eq_max_size = 65536;     // FI_FABQ_EQ_MAX_SIZE
-  size_t eq_max_count = 256;      // FI_FABQ_EQ_MAX_COUNT (per fabric)
-  size_t eq_default_size = 1024;  // FI_FABQ_EQ_DEFAULT_SIZE
-  size_t cq_max_size = 65536;     // FI_FABQ_CQ_MAX_SIZE
-  size_t cq_max_count = 256;      // FI_FABQ_CQ_MAX_COUNT (per domain; domain_attr->cq_cnt)
-  size_t cq_default_size = 1024;  // FI_FABQ_CQ_DEFAULT_SIZE
-  size_t cntr_max_count = 256;    // FI_FABQ_CNTR_MAX_COUNT (per domain; domain_attr->cntr_cnt)
-  size_t spin_us = 20;            // FI_FABQ_SPIN_US: how long blocking calls spin first
+  size_t eq_max_size = 65536;          // FI_FABQ_EQ_MAX_SIZE
+  size_t eq_max_count = 256;           // FI_FABQ_EQ_MAX_COUNT (per fabric)
+  size_t eq_default_size = 1024;       // FI_FABQ_EQ_DEFAULT_SIZE
+  size_t cq_max_size = 65536;          // FI_FABQ_CQ_MAX_SIZE
+  size_t cq_max_count = 256;           // FI_FABQ_CQ_MAX_COUNT (per domain; domain_attr->cq_cnt)
+  size_t cq_default_size = 1024;       // FI_FABQ_CQ_DEFAULT_SIZE
+  size_t cntr_max_count = 256;         // FI_FABQ_CNTR_MAX_COUNT (per domain; domain_attr->cntr_cnt)
+  size_t spin_us = 20;                 // FI_FABQ_SPIN_US: how long blocking calls spin first
+  size_t unexpected_bytes = 16 << 20;  // FI_FABQ_UNEXPECTED_BYTES: buffered per receive queue
+  size_t connect_timeout_ms = 10000;   // FI_FABQ_CONNECT_TIMEOUT_MS
+  size_t keepalive_ms = 30000;         // FI_FABQ_KEEPALIVE_MS: a silent peer is gone after this
 };
 
 const Params& params();

@@ -22,6 +22,9 @@ struct WaitSetOps {
   static int wait(fid_wait* f, int timeout) {
     WaitSet* w = WaitSet::from_fid(f != nullptr ? &f->fid : nullptr);
     if (w == nullptr) return -FI_EINVAL;
+    w->external_.disarm();
+    progress(w->fabric_);
+    BlockingScope blocking(w->fabric_);
     return w->set_->wait(timeout).to_fi();
   }
 
@@ -42,7 +45,7 @@ WaitSet* WaitSet::from_fid(const fid* f) {
 }
 
 WaitSet::WaitSet(Fabric* fabric, std::unique_ptr<core::WaitSet> set)
-    : Object(FI_CLASS_WAIT, fabric), set_(std::move(set)) {
+    : Object(FI_CLASS_WAIT, fabric), fabric_(fabric), set_(std::move(set)) {
   init_fid(&box_.fid.fid, FI_CLASS_WAIT, nullptr, &WaitSetOps::fi_ops_);
   box_.fid.ops = &WaitSetOps::wait_ops_;
   box_.owner = this;
@@ -91,6 +94,7 @@ struct PollSetOps {
   static int poll(fid_poll* f, void** contexts, int count) {
     PollSet* p = PollSet::from_fid(f != nullptr ? &f->fid : nullptr);
     if (p == nullptr || contexts == nullptr || count <= 0) return -FI_EINVAL;
+    progress(p->domain_->fabric());
     return static_cast<int>(p->set_.poll(contexts, static_cast<size_t>(count)));
   }
   static int add(fid_poll* f, fid* event_fid, uint64_t flags) {
@@ -139,7 +143,7 @@ PollSet* PollSet::from_fid(const fid* f) {
   return Object::from<PollSet, fid_poll>(f, FI_CLASS_POLL, &PollSetOps::fi_ops_);
 }
 
-PollSet::PollSet(Domain* domain) : Object(FI_CLASS_POLL, domain) {
+PollSet::PollSet(Domain* domain) : Object(FI_CLASS_POLL, domain), domain_(domain) {
   init_fid(&box_.fid.fid, FI_CLASS_POLL, nullptr, &PollSetOps::fi_ops_);
   box_.fid.ops = &PollSetOps::poll_ops_;
   box_.owner = this;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/wait_set.h"
+#include "prov/fabric.h"
 #include "prov/object.h"
 
 namespace fabq::prov {
@@ -35,11 +36,14 @@ class WaitSet final : public Object {
   WaitSet(Fabric* fabric, std::unique_ptr<core::WaitSet> set);
   fid_wait* handle() { return &box_.fid; }
   core::WaitSet& core() { return *set_; }
+  ExternalWait& external() { return external_; }
 
  private:
   friend struct WaitSetOps;
   FidBox<fid_wait> box_;
+  Fabric* const fabric_;
   std::unique_ptr<core::WaitSet> set_;
+  ExternalWait external_;
 };
 
 class PollSet final : public Object {
@@ -47,6 +51,7 @@ class PollSet final : public Object {
   static PollSet* from_fid(const fid* f);
 
   explicit PollSet(Domain* domain);
+  Domain* const domain_;
   ~PollSet() override;
   fid_poll* handle() { return &box_.fid; }
 

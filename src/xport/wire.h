@@ -118,7 +118,7 @@ class Framer {
   size_t take_payload(size_t n);
 
  private:
-  const size_t max_payload_;
+  size_t max_payload_;
   unsigned char buf_[kHeaderSize] = {};
   size_t held_ = 0;
   bool in_payload_ = false;

@@ -1,6 +1,11 @@
 // fi_fabq(7) ENDPOINTS: FI_EP_MSG endpoints and shared receive contexts before the transport:
 // bind, enable, post and cancel receives, through the libfabric API.
+#include <netinet/in.h>
+#include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
+#include <rdma/fi_tagged.h>
+
+#include <vector>
 
 #include "fabq_fixture.h"
 
@@ -89,20 +94,32 @@ TEST_F(Endpoint, CancelCompletesThePostedReceiveWithECanceled) {
   EXPECT_EQ(fi_cq_read(cq_, &entry, 1), -FI_EAGAIN) << "the other receive stays posted";
 }
 
-TEST_F(Endpoint, SendsNeedAConnectionThatTheTransportWillMake) {
+TEST_F(Endpoint, SendsBeforeAConnectionGiveEnotconn) {
   bind_and_enable();
   EXPECT_EQ(fi_send(ep_, buf_, 8, nullptr, 0, nullptr), -FI_ENOTCONN);
   EXPECT_EQ(fi_inject(ep_, buf_, 8, 0), -FI_ENOTCONN);
-  EXPECT_EQ(fi_connect(ep_, nullptr, nullptr, 0), -FI_ENOSYS);
+  EXPECT_EQ(fi_tsend(ep_, buf_, 8, nullptr, 0, 7, nullptr), -FI_ENOTCONN);
 }
 
-TEST_F(Endpoint, ScatteredReceivesAreRefusedUntilTheTransportScatters) {
+TEST_F(Endpoint, ConnectWithoutAnAddressOrWithTooMuchDataIsEinval) {
   bind_and_enable();
-  iovec iov[2] = {{buf_, 8}, {buf_ + 8, 8}};
-  EXPECT_EQ(fi_recvv(ep_, iov, nullptr, 2, 0, nullptr), -FI_EINVAL);
-  iov[1].iov_len = 0;
-  EXPECT_EQ(fi_recvv(ep_, iov, nullptr, 2, 0, nullptr), 0);
-  fi_msg msg{.msg_iov = iov, .iov_count = 1, .context = nullptr};
+  EXPECT_EQ(fi_connect(ep_, nullptr, nullptr, 0), -FI_EINVAL) << "no dest_addr in the info";
+  size_t cm_size = 0;
+  size_t len = sizeof(cm_size);
+  ASSERT_EQ(fi_getopt(&ep_->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &cm_size, &len), 0);
+  EXPECT_EQ(cm_size, 256u);
+  std::vector<char> data(cm_size + 1);
+  sockaddr_in peer{};
+  peer.sin_family = AF_INET;
+  EXPECT_EQ(fi_connect(ep_, &peer, data.data(), data.size()), -FI_EINVAL);
+}
+
+TEST_F(Endpoint, ReceivesScatterOverUpToIovLimitBuffers) {
+  bind_and_enable();
+  iovec iov[5] = {{buf_, 8}, {buf_ + 8, 8}, {buf_ + 16, 8}, {buf_ + 24, 8}, {buf_ + 32, 8}};
+  EXPECT_EQ(fi_recvv(ep_, iov, nullptr, 4, 0, nullptr), 0);
+  EXPECT_EQ(fi_recvv(ep_, iov, nullptr, 5, 0, nullptr), -FI_EINVAL) << "iov_limit is 4";
+  fi_msg msg{.msg_iov = iov, .iov_count = 2, .context = nullptr};
   EXPECT_EQ(fi_recvmsg(ep_, &msg, 0), 0);
 }
 

@@ -3,6 +3,7 @@
 // the op tables fabq hands out: every slot points somewhere, unsupported operations answer
 // -FI_ENOSYS (src/prov/noop.h), fid->context and fid->fclass are what the open said.
 #include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_rma.h>
 
@@ -575,9 +576,18 @@ TEST_F(Lifetime, AnOpenEndpointKeepsItsDomainAndWhatItIsBoundTo) {
   EXPECT_EQ(fi_close(&ep2->fid), 0);
 }
 
-TEST_F(Lifetime, PassiveEndpointIsNotSupported) {
+TEST_F(Lifetime, PassiveEndpointHoldsItsFabricAndItsEq) {
   fid_pep* pep = nullptr;
-  EXPECT_EQ(fi_passive_ep(fabric_, info_, &pep, nullptr), -FI_ENOSYS);
+  ASSERT_EQ(fi_passive_ep(fabric_, info_, &pep, nullptr), 0);
+  EXPECT_EQ(fi_listen(pep), -FI_ENOEQ) << "fi_listen needs a bound EQ";
+  fi_eq_attr attr{};
+  attr.wait_obj = FI_WAIT_UNSPEC;
+  fid_eq* eq = nullptr;
+  ASSERT_EQ(fi_eq_open(fabric_, &attr, &eq, nullptr), 0);
+  ASSERT_EQ(fi_pep_bind(pep, &eq->fid, 0), 0);
+  EXPECT_EQ(fi_close(&eq->fid), -FI_EBUSY) << "bound to the passive endpoint";
+  EXPECT_EQ(fi_close(&pep->fid), 0);
+  EXPECT_EQ(fi_close(&eq->fid), 0);
 }
 
 TEST_F(Lifetime, AvOpenIsNotSupported) {

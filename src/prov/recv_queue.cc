@@ -1,0 +1,95 @@
+#include "prov/recv_queue.h"
+
+#include <algorithm>
+
+namespace fabq::prov {
+
+bool tag_matches(uint64_t tag, uint64_t want, uint64_t ignore) {
+  return ((tag ^ want) & ~ignore) == 0;
+}
+
+RecvQueue::RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected_count)
+    : capacity_(capacity), max_bytes_(unexpected_bytes), max_count_(unexpected_count) {
+  posted_.reserve(capacity);
+}
+
+std::optional<PostedRecv> RecvQueue::take_match(const Incoming& in) {
+  auto it = std::find_if(posted_.begin(), posted_.end(), [&](const PostedRecv& r) {
+    return r.tagged == in.tagged && (!in.tagged || tag_matches(in.tag, r.tag, r.ignore));
+  });
+  if (it == posted_.end()) return std::nullopt;
+  PostedRecv r = *it;
+  posted_.erase(it);
+  return r;
+}
+
+std::optional<PostedRecv> RecvQueue::take_context(void* context) {
+  auto it = std::find_if(posted_.begin(), posted_.end(),
+                         [context](const PostedRecv& r) { return r.context == context; });
+  if (it == posted_.end()) return std::nullopt;
+  PostedRecv r = *it;
+  posted_.erase(it);
+  return r;
+}
+
+std::vector<PostedRecv> RecvQueue::take_all() {
+  std::vector<PostedRecv> all;
+  all.swap(posted_);
+  posted_.reserve(capacity_);
+  return all;
+}
+
+bool RecvQueue::room_for(size_t len) const {
+  if (unexpected_.size() >= max_count_) return false;
+  // One message larger than the whole budget still gets through when nothing else is held.
+  return unexpected_bytes_ + len <= max_bytes_ || unexpected_.empty();
+}
+
+Unexpected* RecvQueue::add_unexpected(Endpoint* from, const Incoming& in) {
+  Unexpected& u = unexpected_.emplace_back();
+  u.from = from;
+  u.in = in;
+  if (in.len > 0) u.data.reset(new unsigned char[in.len]);
+  unexpected_bytes_ += in.len;
+  return &u;
+}
+
+Unexpected* RecvQueue::find_unexpected(bool tagged, uint64_t tag, uint64_t ignore) {
+  for (Unexpected& u : unexpected_) {
+    if (u.claimed_by != nullptr || u.taker) continue;
+    if (u.in.tagged != tagged) continue;
+    if (tagged && !tag_matches(u.in.tag, tag, ignore)) continue;
+    return &u;
+  }
+  return nullptr;
+}
+
+Unexpected* RecvQueue::find_claimed(void* context) {
+  for (Unexpected& u : unexpected_) {
+    if (u.claimed_by == context && context != nullptr) return &u;
+  }
+  return nullptr;
+}
+
+void RecvQueue::remove(Unexpected* u) {
+  for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
+    if (&*it == u) {
+      unexpected_bytes_ -= it->in.len;
+      unexpected_.erase(it);
+      return;
+    }
+  }
+}
+
+void RecvQueue::drop_from(Endpoint* from) {
+  for (auto it = unexpected_.begin(); it != unexpected_.end();) {
+    if (it->from == from) {
+      unexpected_bytes_ -= it->in.len;
+      it = unexpected_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace fabq::prov

@@ -1,0 +1,90 @@
+// fabq provider: the receive side of an endpoint or shared receive context: posted receives
+// and the messages that arrived before a receive for them (fi_msg(3), fi_tagged(3)).
+//
+// Matching: an untagged message takes the oldest posted untagged receive; a tagged message
+// the oldest tagged receive whose tag equals the message's in every bit its ignore mask leaves
+// out. A receive posted while an earlier unexpected message matches takes that message: the
+// oldest first, so messages complete in the order they were sent (FI_ORDER_SAS).
+//
+// Unexpected messages are buffered up to a byte and a count limit; past them, the connection
+// stalls (the transport stops reading, and TCP makes the sender wait) until receives are
+// posted. Nothing is dropped.
+//
+// Thread safety: none; the owner's lock guards it.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "prov/transport.h"
+
+namespace fabq::prov {
+
+class Endpoint;
+
+struct PostedRecv {
+  void* context = nullptr;
+  uint64_t flags = 0;          // FI_COMPLETION, FI_CLAIM, FI_DISCARD as posted
+  bool default_flags = false;  // fi_recv & co.: the endpoint's rx op_flags apply
+  bool tagged = false;
+  uint64_t tag = 0;
+  uint64_t ignore = 0;
+  size_t iov_count = 0;
+  iovec iov[kMaxIov] = {};
+  size_t len = 0;
+  Endpoint* owner = nullptr;  // the endpoint whose receive CQ holds its credit (null: none yet)
+};
+
+struct Unexpected {
+  Endpoint* from = nullptr;  // the endpoint it arrived on
+  Incoming in;
+  std::unique_ptr<unsigned char[]> data;
+  bool complete = false;            // its whole payload has arrived
+  void* claimed_by = nullptr;       // FI_PEEK | FI_CLAIM: kept for the FI_CLAIM receive with it
+  std::optional<PostedRecv> taker;  // a receive posted while it was still arriving
+};
+
+bool tag_matches(uint64_t tag, uint64_t want, uint64_t ignore);
+
+class RecvQueue {
+ public:
+  RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected_count);
+
+  size_t posted() const { return posted_.size(); }
+  bool full() const { return posted_.size() >= capacity_; }
+  void post(const PostedRecv& r) { posted_.push_back(r); }
+  // The oldest posted receive `in` matches, removed; nullopt when none.
+  std::optional<PostedRecv> take_match(const Incoming& in);
+  // The posted receive with this context, removed (fi_cancel).
+  std::optional<PostedRecv> take_context(void* context);
+  // Every posted receive, removed (failure, close).
+  std::vector<PostedRecv> take_all();
+
+  // Room to buffer one more unexpected message of `len` bytes.
+  bool room_for(size_t len) const;
+  // Buffers a new unexpected message; its payload goes to the returned entry's data.
+  Unexpected* add_unexpected(Endpoint* from, const Incoming& in);
+  // The oldest unexpected message a receive (tagged, tag, ignore) would take and that is not
+  // claimed; null when none.
+  Unexpected* find_unexpected(bool tagged, uint64_t tag, uint64_t ignore);
+  Unexpected* find_claimed(void* context);
+  void remove(Unexpected* u);
+  // Forgets every message that arrived on `from` (it is closing).
+  void drop_from(Endpoint* from);
+
+ private:
+  const size_t capacity_;
+  const size_t max_bytes_;
+  const size_t max_count_;
+  std::vector<PostedRecv> posted_;
+  std::list<Unexpected> unexpected_;
+  size_t unexpected_bytes_ = 0;
+};
+
+}  // namespace fabq::prov

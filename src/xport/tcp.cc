@@ -1,0 +1,1139 @@
+#include "xport/tcp.h"
+
+#include <arpa/inet.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_eq.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/deadline.h"
+#include "prov/domain.h"
+#include "prov/endpoint.h"
+#include "prov/eq.h"
+#include "prov/events.h"
+#include "prov/fabric.h"
+#include "prov/noop.h"
+#include "prov/provider.h"
+
+namespace fabq::xport {
+namespace {
+
+constexpr size_t kReadBuffer = 64 * 1024;
+// Payloads at least this large are read straight into the receive buffer, skipping a copy.
+constexpr size_t kDirectRead = 16 * 1024;
+// Control frames owed to the peer beyond this: stop reading until they are written.
+constexpr size_t kCtrlBacklog = 64 * 1024;
+constexpr size_t kSendRing = 1024;
+constexpr int kMaxEvents = 64;
+constexpr int kIovBatch = 16;
+constexpr uint32_t kIn = EPOLLIN;
+constexpr uint32_t kOut = EPOLLOUT;
+
+int64_t now_ns() {
+  return core::monotonic_ns();
+}
+
+bool is_data(wire::Op op) {
+  return op == wire::Op::kMsg || op == wire::Op::kTagged;
+}
+
+void set_socket_options(int fd) {
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  const size_t ms = prov::params().keepalive_ms;
+  if (ms == 0) return;
+  // A peer that vanishes without a FIN or RST is noticed by keep-alive probes; the socket then
+  // fails with ETIMEDOUT, and the endpoint with EP_FATAL.
+  const int probe_s = std::max<int>(1, static_cast<int>(ms / 3000));
+  const int count = 2;
+  const unsigned user_timeout = static_cast<unsigned>(ms);
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &probe_s, sizeof(probe_s));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &probe_s, sizeof(probe_s));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+}
+
+int copy_addr(const sockaddr_in& a, void* addr, size_t* len) {
+  if (len == nullptr) return -FI_EINVAL;
+  const size_t have = *len;
+  *len = sizeof(sockaddr_in);
+  if (addr == nullptr || have < sizeof(sockaddr_in)) return -FI_ETOOSMALL;
+  std::memcpy(addr, &a, sizeof(a));
+  return 0;
+}
+
+int fi_errno_of(int e) {
+  switch (e) {
+    case ECONNREFUSED:
+      return FI_ECONNREFUSED;
+    case ETIMEDOUT:
+      return FI_ETIMEDOUT;
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+      return FI_EHOSTUNREACH;
+    case ECONNRESET:
+      return FI_ECONNRESET;
+    default:
+      return FI_EIO;
+  }
+}
+
+}  // namespace
+
+// --- Engine
+
+Engine::Engine(prov::Fabric*)
+    : epfd_(epoll_create1(EPOLL_CLOEXEC)), kick_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+
+Engine::~Engine() {
+  stop_.store(true, std::memory_order_release);
+  kick();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Engine::add(int fd, Pollable* p, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = p;
+  return epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd, &ev) == 0;
+}
+
+void Engine::modify(int fd, Pollable* p, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = p;
+  epoll_ctl(epfd_.get(), EPOLL_CTL_MOD, fd, &ev);
+}
+
+void Engine::remove(int fd, Pollable* p) {
+  epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  std::lock_guard lock(sched_mu_);
+  std::erase(scheduled_, p);
+  std::erase_if(deadlines_, [p](const Deadline& d) { return d.p == p; });
+}
+
+void Engine::schedule(Pollable* p) {
+  {
+    std::lock_guard lock(sched_mu_);
+    if (std::find(scheduled_.begin(), scheduled_.end(), p) == scheduled_.end()) {
+      scheduled_.push_back(p);
+    }
+    has_scheduled_.store(true, std::memory_order_release);
+  }
+  if (waiters_.load(std::memory_order_acquire) > 0) kick();
+}
+
+void Engine::set_deadline(Pollable* p, int64_t ns) {
+  {
+    std::lock_guard lock(sched_mu_);
+    std::erase_if(deadlines_, [p](const Deadline& d) { return d.p == p; });
+    if (ns != 0) deadlines_.push_back({p, ns});
+  }
+  if (ns != 0 && waiters_.load(std::memory_order_acquire) > 0) kick();
+}
+
+void Engine::kick() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(kick_fd_.get(), &one, sizeof(one));
+}
+
+void Engine::progress() {
+  if (!mu_.try_lock()) return;
+  run_locked();
+  mu_.unlock();
+  prov::raise_deferred();
+}
+
+void Engine::run_locked() {
+  epoll_event ev[kMaxEvents];
+  const int n = epoll_wait(epfd_.get(), ev, kMaxEvents, 0);
+  for (int i = 0; i < n; ++i) static_cast<Pollable*>(ev[i].data.ptr)->on_ready(ev[i].events);
+  if (has_scheduled_.load(std::memory_order_acquire)) {
+    std::vector<Pollable*> now;
+    {
+      std::lock_guard lock(sched_mu_);
+      now.swap(scheduled_);
+      has_scheduled_.store(false, std::memory_order_release);
+    }
+    for (Pollable* p : now) p->on_ready(EPOLLIN);
+  }
+  std::vector<Pollable*> due;
+  {
+    std::lock_guard lock(sched_mu_);
+    if (!deadlines_.empty()) {
+      const int64_t t = now_ns();
+      for (auto it = deadlines_.begin(); it != deadlines_.end();) {
+        if (it->ns <= t) {
+          due.push_back(it->p);
+          it = deadlines_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  for (Pollable* p : due) p->on_deadline();
+}
+
+void Engine::begin_wait() {
+  std::call_once(thread_once_, [this] { thread_ = std::thread([this] { thread_main(); }); });
+  if (waiters_.fetch_add(1, std::memory_order_acq_rel) == 0) kick();
+}
+
+void Engine::end_wait() {
+  waiters_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void Engine::thread_main() {
+  while (!stop_.load(std::memory_order_acquire)) {
+    uint64_t drained;
+    if (waiters_.load(std::memory_order_acquire) == 0) {
+      pollfd k{kick_fd_.get(), POLLIN, 0};
+      poll(&k, 1, -1);
+      [[maybe_unused]] ssize_t r = read(kick_fd_.get(), &drained, sizeof(drained));
+      continue;
+    }
+    int timeout = -1;
+    {
+      std::lock_guard lock(sched_mu_);
+      if (has_scheduled_.load(std::memory_order_acquire)) timeout = 0;
+      const int64_t t = now_ns();
+      for (const Deadline& d : deadlines_) {
+        const int64_t ms = d.ns <= t ? 0 : (d.ns - t + 999'999) / 1'000'000;
+        if (timeout < 0 || ms < timeout) timeout = static_cast<int>(ms);
+      }
+    }
+    pollfd fds[2] = {{epfd_.get(), POLLIN, 0}, {kick_fd_.get(), POLLIN, 0}};
+    poll(fds, 2, timeout);
+    if (fds[1].revents & POLLIN) {
+      [[maybe_unused]] ssize_t r = read(kick_fd_.get(), &drained, sizeof(drained));
+    }
+    {
+      std::lock_guard lock(mu_);
+      run_locked();
+    }
+    prov::raise_deferred();
+  }
+}
+
+// --- Conn
+
+Conn::Conn(Engine* engine, prov::Endpoint* ep, core::UniqueFd fd, size_t max_payload)
+    : engine_(engine),
+      ep_(ep),
+      fd_(std::move(fd)),
+      framer_(max_payload),
+      rbuf_(new unsigned char[kReadBuffer]),
+      sendq_(kSendRing, nullptr) {
+  ctrl_.reserve(4096);
+}
+
+Conn::~Conn() {
+  std::lock_guard elock(engine_->mu());
+  std::lock_guard lock(mu_);
+  if (fd_.valid()) engine_->remove(fd_.get(), this);
+  engine_->set_deadline(this, 0);
+  fd_.reset();
+}
+
+void Conn::close_socket_locked() {
+  if (fd_.valid()) {
+    engine_->remove(fd_.get(), this);
+    registered_ = false;
+    // The fd stays open until the Conn is destroyed: a readiness report already in flight
+    // for it must not reach a reused descriptor. Shutting it down makes it inert.
+    ::shutdown(fd_.get(), SHUT_RDWR);
+  }
+  engine_->set_deadline(this, 0);
+  set_state(State::kClosed);
+}
+
+void Conn::want_write_locked(bool on) {
+  if (writing_ == on || !registered_) {
+    writing_ = on;
+    return;
+  }
+  writing_ = on;
+  const State s = state();
+  const bool reading = !stalled_ && s != State::kPending && s != State::kClosed;
+  engine_->modify(fd_.get(), this, (reading ? kIn : 0) | (on ? kOut : 0));
+}
+
+void Conn::queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len) {
+  wire::Header h;
+  h.op = op;
+  h.seq = seq;
+  h.length = static_cast<uint32_t>(len);
+  unsigned char hdr[wire::kHeaderSize];
+  wire::encode(h, hdr);
+  ctrl_.insert(ctrl_.end(), hdr, hdr + sizeof(hdr));
+  if (len > 0) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    ctrl_.insert(ctrl_.end(), p, p + len);
+  }
+}
+
+int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
+  std::lock_guard lock(mu_);
+  if (state() != State::kIdle) return -FI_EISCONN;
+  core::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return -FI_EIO;
+  set_socket_options(fd.get());
+  peer_ = peer;
+  queue_ctrl_locked(wire::Op::kConnReq, 0, data, len);
+  const int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&peer), sizeof(peer));
+  const int e = rc == 0 ? 0 : errno;
+  fd_ = std::move(fd);
+  if (rc != 0 && e != EINPROGRESS) {
+    // Refused at once (nobody listens on a local port): reported like any other refusal.
+    set_state(State::kClosed);
+    reported_ = true;
+    ep_->cm_error(fi_errno_of(e), nullptr, 0);
+    return 0;
+  }
+  set_state(State::kConnecting);
+  registered_ = engine_->add(fd_.get(), this, EPOLLIN | EPOLLOUT);
+  writing_ = true;
+  engine_->set_deadline(
+      this, now_ns() + static_cast<int64_t>(prov::params().connect_timeout_ms) * 1'000'000);
+  return registered_ ? 0 : -FI_EIO;
+}
+
+void Conn::start_passive(PassiveEp* pep) {
+  std::lock_guard lock(mu_);
+  pep_ = pep;
+  set_socket_options(fd_.get());
+  socklen_t len = sizeof(peer_);
+  getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&peer_), &len);
+  set_state(State::kIncoming);
+  registered_ = engine_->add(fd_.get(), this, EPOLLIN);
+  engine_->set_deadline(
+      this, now_ns() + static_cast<int64_t>(prov::params().connect_timeout_ms) * 1'000'000);
+}
+
+bool Conn::adopt(prov::Endpoint* ep) {
+  std::lock_guard lock(mu_);
+  if (state() != State::kPending || ep_ != nullptr) return false;
+  ep_ = ep;
+  framer_ = wire::Framer(ep->max_msg_size());
+  return true;
+}
+
+int Conn::accept(const void* data, size_t len) {
+  std::lock_guard lock(mu_);
+  if (state() != State::kPending || ep_ == nullptr) {
+    return state() == State::kClosed ? -FI_ECONNABORTED : -FI_EOPBADSTATE;
+  }
+  queue_ctrl_locked(wire::Op::kConnAccept, 0, data, len);
+  set_state(State::kAccepted);
+  engine_->modify(fd_.get(), this, EPOLLIN);
+  engine_->set_deadline(
+      this, now_ns() + static_cast<int64_t>(prov::params().connect_timeout_ms) * 1'000'000);
+  flush_locked();
+  // The peer may have answered already: look at the socket at the next progress.
+  engine_->schedule(this);
+  return 0;
+}
+
+int Conn::reject(const void* data, size_t len) {
+  std::lock_guard lock(mu_);
+  if (state() != State::kPending) return -FI_EOPBADSTATE;
+  queue_ctrl_locked(wire::Op::kConnReject, 0, data, len);
+  flush_locked();
+  close_socket_locked();
+  return 0;
+}
+
+int Conn::shutdown() {
+  std::lock_guard lock(mu_);
+  if (state() != State::kConnected || shutting_) return -FI_ENOTCONN;
+  shutting_ = true;
+  flush_locked();
+  return 0;
+}
+
+int Conn::submit(prov::TxOp* op) {
+  std::lock_guard lock(mu_);
+  if (state() != State::kConnected || shutting_) return -FI_ENOTCONN;
+  if (send_count_ == sendq_.size()) return -FI_EAGAIN;
+  wire::Header h;
+  h.op = op->tagged ? wire::Op::kTagged : wire::Op::kMsg;
+  h.length = static_cast<uint32_t>(op->len);
+  h.seq = op->seq;
+  h.tag = op->tag;
+  if (op->has_data) {
+    h.flags |= wire::kRemoteData;
+    h.data = op->data;
+  }
+  if (op->level == prov::TxLevel::kTransmit) h.flags |= wire::kWantReceived;
+  if (op->level == prov::TxLevel::kDelivery) h.flags |= wire::kWantDelivered;
+  wire::encode(h, op->header);
+  op->written = 0;
+  sendq_[(send_head_ + send_count_) % sendq_.size()] = op;
+  ++send_count_;
+  if (!writing_ || send_count_ == 1) flush_locked();
+  return 0;
+}
+
+void Conn::ack_delivered(uint32_t seq) {
+  std::lock_guard lock(mu_);
+  if (state() != State::kConnected) return;
+  queue_ctrl_locked(wire::Op::kAckDelivered, seq, nullptr, 0);
+  flush_locked();
+}
+
+void Conn::resume() {
+  engine_->schedule(this);
+}
+
+int Conn::getname(void* addr, size_t* len) {
+  std::lock_guard lock(mu_);
+  sockaddr_in local{};
+  if (fd_.valid()) {
+    socklen_t l = sizeof(local);
+    getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&local), &l);
+  } else if (ep_ != nullptr) {
+    local = ep_->src_addr();
+  }
+  return copy_addr(local, addr, len);
+}
+
+int Conn::getpeer(void* addr, size_t* len) {
+  std::lock_guard lock(mu_);
+  if (state() != State::kConnected && state() != State::kAccepted && state() != State::kPending) {
+    return -FI_ENOTCONN;
+  }
+  return copy_addr(peer_, addr, len);
+}
+
+// Writes control frames and queued sends until the kernel takes no more. False when the
+// connection failed.
+bool Conn::flush_locked() {
+  if (!fd_.valid() || state() == State::kConnecting || state() == State::kClosed) return true;
+  for (;;) {
+    iovec iov[kIovBatch];
+    int cnt = 0;
+    const bool with_ctrl = !mid_frame_ && ctrl_off_ < ctrl_.size();
+    if (with_ctrl) iov[cnt++] = {ctrl_.data() + ctrl_off_, ctrl_.size() - ctrl_off_};
+    for (size_t i = 0; i < send_count_ && cnt + 1 + static_cast<int>(prov::kMaxIov) <= kIovBatch;
+         ++i) {
+      prov::TxOp* op = sendq_[(send_head_ + i) % sendq_.size()];
+      size_t skip = op->written;
+      if (skip < wire::kHeaderSize) {
+        iov[cnt++] = {op->header + skip, wire::kHeaderSize - skip};
+        skip = 0;
+      } else {
+        skip -= wire::kHeaderSize;
+      }
+      for (size_t j = 0; j < op->iov_count; ++j) {
+        const size_t l = op->iov[j].iov_len;
+        if (skip >= l) {
+          skip -= l;
+          continue;
+        }
+        iov[cnt++] = {static_cast<char*>(op->iov[j].iov_base) + skip, l - skip};
+        skip = 0;
+      }
+    }
+    if (cnt == 0) {
+      want_write_locked(false);
+      if (shutting_ && state() == State::kConnected) {
+        // Every send is out: announce the end, then tell the application its queue drained.
+        shutting_ = false;
+        queue_ctrl_locked(wire::Op::kShutdown, 0, nullptr, 0);
+        set_state(State::kClosed);
+        const unsigned char* p = ctrl_.data() + ctrl_off_;
+        [[maybe_unused]] ssize_t n =
+            send(fd_.get(), p, ctrl_.size() - ctrl_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ::shutdown(fd_.get(), SHUT_WR);
+        if (ep_ != nullptr) prov::raise_later(ep_->domain(), ep_, FI_FABQ_EVENT_SQ_DRAINED);
+      }
+      return true;
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(cnt);
+    const ssize_t n = sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        want_write_locked(true);
+        return true;
+      }
+      if (errno == EPIPE || errno == ECONNRESET) {
+        peer_closed_locked();
+      } else {
+        fail_locked(FI_EIO, FI_FABQ_EVENT_EP_FATAL, strerror(errno));
+      }
+      return false;
+    }
+    size_t left = static_cast<size_t>(n);
+    if (with_ctrl) {
+      const size_t c = std::min(left, ctrl_.size() - ctrl_off_);
+      ctrl_off_ += c;
+      left -= c;
+      if (ctrl_off_ == ctrl_.size()) {
+        ctrl_.clear();
+        ctrl_off_ = 0;
+      }
+    }
+    while (left > 0 && send_count_ > 0) {
+      prov::TxOp* op = sendq_[send_head_];
+      const size_t total = wire::kHeaderSize + op->len;
+      const size_t c = std::min(left, total - op->written);
+      op->written += c;
+      left -= c;
+      if (op->written < total) {
+        mid_frame_ = true;
+        break;
+      }
+      mid_frame_ = false;
+      send_head_ = (send_head_ + 1) % sendq_.size();
+      --send_count_;
+      ep_->tx_written(op);
+    }
+  }
+}
+
+void Conn::on_deadline() {
+  std::lock_guard lock(mu_);
+  switch (state()) {
+    case State::kConnecting:
+    case State::kRequested:
+    case State::kAccepted:
+      reported_ = true;
+      close_socket_locked();
+      if (ep_ != nullptr) ep_->cm_error(FI_ETIMEDOUT, nullptr, 0);
+      break;
+    case State::kIncoming:
+      close_socket_locked();
+      if (pep_ != nullptr) pep_->forget(this);
+      break;
+    default:
+      break;
+  }
+}
+
+void Conn::on_ready(uint32_t events) {
+  std::lock_guard lock(mu_);
+  const State s = state();
+  if (s == State::kClosed || !fd_.valid()) return;
+  if (s == State::kConnecting) {
+    int err = 0;
+    socklen_t len = sizeof(err);
+    getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err == 0 && (events & (EPOLLERR | EPOLLHUP)) != 0) err = ECONNREFUSED;
+    if (err != 0) {
+      reported_ = true;
+      close_socket_locked();
+      ep_->cm_error(fi_errno_of(err), nullptr, 0);
+      return;
+    }
+    if ((events & EPOLLOUT) == 0) return;
+    set_state(State::kRequested);
+    writing_ = false;
+    engine_->modify(fd_.get(), this, EPOLLIN);
+    flush_locked();
+    return;
+  }
+  if (events & EPOLLOUT) {
+    if (!flush_locked()) return;
+  }
+  if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+    if (stalled_) {
+      stalled_ = false;
+      if (registered_) engine_->modify(fd_.get(), this, kIn | (writing_ ? kOut : 0));
+    }
+    read_locked();
+  }
+}
+
+void Conn::read_locked() {
+  for (;;) {
+    const State s = state();
+    if (s == State::kClosed || s == State::kPending) return;
+    size_t used = 0;
+    if (!handle_bytes_locked(rbuf_.get() + rpos_, rlen_ - rpos_, &used)) {
+      rpos_ += used;
+      return;
+    }
+    rpos_ = rlen_ = 0;
+    if (ctrl_.size() - ctrl_off_ > kCtrlBacklog) {
+      want_write_locked(true);
+      return;
+    }
+    ssize_t n;
+    if (!framer_.in_header() && have_place_ && !framer_.frame_done() &&
+        framer_.payload_left() >= kDirectRead && placed_ < place_.capacity) {
+      // Straight into the application's buffer.
+      iovec iov[prov::kMaxIov + 1];
+      int cnt = 0;
+      size_t skip = placed_;
+      size_t want = std::min(framer_.payload_left(), place_.capacity - placed_);
+      for (size_t j = 0; j < place_.iov_count && want > 0; ++j) {
+        const size_t l = place_.iov[j].iov_len;
+        if (skip >= l) {
+          skip -= l;
+          continue;
+        }
+        const size_t take = std::min(l - skip, want);
+        iov[cnt++] = {static_cast<char*>(place_.iov[j].iov_base) + skip, take};
+        want -= take;
+        skip = 0;
+      }
+      n = readv(fd_.get(), iov, cnt);
+      if (n > 0) {
+        framer_.take_payload(static_cast<size_t>(n));
+        placed_ += static_cast<size_t>(n);
+        continue;
+      }
+    } else {
+      n = recv(fd_.get(), rbuf_.get(), kReadBuffer, MSG_DONTWAIT);
+      if (n > 0) {
+        rlen_ = static_cast<size_t>(n);
+        continue;
+      }
+    }
+    if (n == 0) {
+      // The peer closed. Between frames that is a close; inside one, a violation.
+      if (framer_.in_header() && !framer_.frame_done() && framer_.payload_left() == 0 &&
+          rlen_ == 0) {
+        peer_closed_locked();
+      } else {
+        fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "connection closed inside a frame");
+      }
+      return;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    if (errno == ECONNRESET || errno == EPIPE) {
+      peer_closed_locked();
+    } else {
+      fail_locked(fi_errno_of(errno), FI_FABQ_EVENT_EP_FATAL, strerror(errno));
+    }
+    return;
+  }
+}
+
+// Consumes bytes p[0..n) of the stream. True when all were consumed (more are wanted); false
+// when the connection stalled or ended (*used says how far it got).
+bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
+  size_t off = 0;
+  for (;;) {
+    if (state() == State::kClosed) {
+      *used = off;
+      return false;
+    }
+    if (!framer_.in_header() || framer_.frame_done()) {
+      const wire::Header& h = framer_.header();
+      if (is_data(h.op) && !have_place_) {
+        if (ep_ == nullptr || !ep_->place(in_, &place_)) {
+          stalled_ = true;
+          if (registered_) engine_->modify(fd_.get(), this, writing_ ? kOut : 0);
+          *used = off;
+          return false;
+        }
+        have_place_ = true;
+        placed_ = 0;
+      }
+      if (framer_.frame_done()) {
+        if (!frame_done_locked()) {
+          *used = off;
+          return false;
+        }
+        framer_.next_frame();
+        have_place_ = false;
+        placed_ = 0;
+        continue;
+      }
+      if (off == n) break;
+      const size_t take = framer_.take_payload(n - off);
+      if (is_data(h.op)) {
+        // Into the placement, up to its capacity; the rest of a too-long message is dropped.
+        size_t src = 0;
+        size_t skip = placed_;
+        for (size_t j = 0; j < place_.iov_count && src < take; ++j) {
+          const size_t l = place_.iov[j].iov_len;
+          if (skip >= l) {
+            skip -= l;
+            continue;
+          }
+          const size_t c = std::min({l - skip, take - src, place_.capacity - placed_ - src});
+          if (c == 0) break;
+          std::memcpy(static_cast<char*>(place_.iov[j].iov_base) + skip, p + off + src, c);
+          src += c;
+          skip = 0;
+        }
+      } else {
+        std::memcpy(cm_buf_ + placed_, p + off, take);
+      }
+      placed_ += take;
+      off += take;
+      continue;
+    }
+    if (off == n) break;
+    off += framer_.take_header(p + off, n - off);
+    if (framer_.dead()) {
+      *used = off;
+      fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, wire::violation_str(framer_.violation()));
+      return false;
+    }
+    if (framer_.in_header()) continue;
+    // A whole header: is it allowed now?
+    const wire::Header& h = framer_.header();
+    const State s = state();
+    bool ok = false;
+    switch (h.op) {
+      case wire::Op::kConnReq:
+        ok = s == State::kIncoming;
+        break;
+      case wire::Op::kConnAccept:
+      case wire::Op::kConnReject:
+        ok = s == State::kRequested;
+        break;
+      case wire::Op::kConnReady:
+        ok = s == State::kAccepted;
+        break;
+      default:
+        ok = s == State::kConnected;
+        break;
+    }
+    if (!ok) {
+      *used = off;
+      fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "a frame the connection's state forbids");
+      return false;
+    }
+    if (is_data(h.op)) {
+      in_.tagged = h.op == wire::Op::kTagged;
+      in_.tag = h.tag;
+      in_.has_data = (h.flags & wire::kRemoteData) != 0;
+      in_.data = h.data;
+      in_.len = h.length;
+      in_.seq = h.seq;
+      in_.ack = (h.flags & wire::kWantDelivered)  ? prov::AckWanted::kDelivered
+                : (h.flags & wire::kWantReceived) ? prov::AckWanted::kReceived
+                                                  : prov::AckWanted::kNone;
+      have_place_ = false;
+    }
+    placed_ = 0;
+  }
+  *used = off;
+  return true;
+}
+
+// Acts on a complete frame. False when the connection ended or stalled.
+bool Conn::frame_done_locked() {
+  const wire::Header& h = framer_.header();
+  switch (h.op) {
+    case wire::Op::kConnReq:
+      set_state(State::kPending);
+      engine_->set_deadline(this, 0);
+      if (registered_) engine_->modify(fd_.get(), this, 0);
+      if (pep_ != nullptr) pep_->request(this, cm_buf_, h.length);
+      return false;
+    case wire::Op::kConnAccept:
+      engine_->set_deadline(this, 0);
+      set_state(State::kConnected);
+      queue_ctrl_locked(wire::Op::kConnReady, 0, nullptr, 0);
+      ep_->cm_event(FI_CONNECTED, cm_buf_, h.length);
+      return flush_locked();
+    case wire::Op::kConnReject:
+      reported_ = true;
+      close_socket_locked();
+      ep_->cm_error(FI_ECONNREFUSED, cm_buf_, h.length);
+      return false;
+    case wire::Op::kConnReady:
+      engine_->set_deadline(this, 0);
+      set_state(State::kConnected);
+      ep_->cm_event(FI_CONNECTED, nullptr, 0);
+      return true;
+    case wire::Op::kMsg:
+    case wire::Op::kTagged: {
+      if (!comm_est_) {
+        comm_est_ = true;
+        prov::raise_later(ep_->domain(), ep_, FI_FABQ_EVENT_COMM_EST);
+      }
+      const bool delivered_now = ep_->placed(in_, place_);
+      if (in_.ack == prov::AckWanted::kReceived) {
+        queue_ctrl_locked(wire::Op::kAckReceived, in_.seq, nullptr, 0);
+      } else if (in_.ack == prov::AckWanted::kDelivered && delivered_now) {
+        queue_ctrl_locked(wire::Op::kAckDelivered, in_.seq, nullptr, 0);
+      }
+      if (in_.ack != prov::AckWanted::kNone) return flush_locked();
+      return true;
+    }
+    case wire::Op::kAckReceived:
+    case wire::Op::kAckDelivered:
+      if (!ep_->tx_acked(h.seq, h.op == wire::Op::kAckDelivered)) {
+        fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "an acknowledgement of no send");
+        return false;
+      }
+      return true;
+    case wire::Op::kShutdown:
+      peer_closed_locked();
+      return false;
+  }
+  return true;
+}
+
+void Conn::peer_closed_locked() {
+  const State s = state();
+  close_socket_locked();
+  if (reported_) return;
+  reported_ = true;
+  switch (s) {
+    case State::kIncoming:
+    case State::kPending:
+      if (pep_ != nullptr && ep_ == nullptr) pep_->forget(this);
+      break;
+    case State::kConnecting:
+    case State::kRequested:
+      ep_->cm_error(FI_ECONNREFUSED, nullptr, 0);
+      break;
+    case State::kAccepted:
+      ep_->cm_error(FI_ECONNABORTED, nullptr, 0);
+      break;
+    default:
+      if (ep_ != nullptr) {
+        ep_->cm_event(FI_SHUTDOWN, nullptr, 0);
+        ep_->abort_sends(FI_ECONNABORTED);
+      }
+      break;
+  }
+  send_count_ = 0;
+  mid_frame_ = false;
+}
+
+void Conn::fail_locked(int err, uint32_t event, const char* why) {
+  FABQ_WARN(FI_LOG_EP_DATA, "connection with %s:%u failed: %s\n", inet_ntoa(peer_.sin_addr),
+            ntohs(peer_.sin_port), why);
+  const State s = state();
+  close_socket_locked();
+  send_count_ = 0;
+  mid_frame_ = false;
+  if (reported_) return;
+  reported_ = true;
+  if (ep_ == nullptr) {
+    if (pep_ != nullptr) pep_->forget(this);
+    return;
+  }
+  if (s == State::kConnected) {
+    ep_->abort_sends(err == FI_EREMOTEIO ? FI_EIO : err);
+    // The event writes the EQ error entry and fails the posted receives.
+    prov::raise_later(ep_->domain(), ep_, event);
+  } else {
+    ep_->cm_error(err, nullptr, 0);
+  }
+}
+
+// --- PassiveEp
+
+struct PepOps {
+  static PassiveEp* of(const fid* f) { return PassiveEp::from_fid(f); }
+  static int close(fid* f) {
+    PassiveEp* p = of(f);
+    if (p == nullptr) return -FI_EINVAL;
+    delete p;
+    return 0;
+  }
+  static int bind(fid* f, fid* bfid, uint64_t flags) {
+    PassiveEp* p = of(f);
+    if (p == nullptr) return -FI_EINVAL;
+    return p->bind(bfid, flags);
+  }
+  static int control(fid* f, int, void*) { return of(f) == nullptr ? -FI_EINVAL : -FI_ENOSYS; }
+  static int listen(fid_pep* f) {
+    PassiveEp* p = of(f != nullptr ? &f->fid : nullptr);
+    return p == nullptr ? -FI_EINVAL : p->listen();
+  }
+  static int getname(fid* f, void* addr, size_t* len) {
+    PassiveEp* p = of(f);
+    return p == nullptr ? -FI_EINVAL : p->getname(addr, len);
+  }
+  static int setname(fid* f, void* addr, size_t len) {
+    PassiveEp* p = of(f);
+    return p == nullptr ? -FI_EINVAL : p->setname(addr, len);
+  }
+  static int reject(fid_pep* f, fid_t handle, const void* data, size_t len) {
+    PassiveEp* p = of(f != nullptr ? &f->fid : nullptr);
+    return p == nullptr ? -FI_EINVAL : p->reject(handle, data, len);
+  }
+  static int getopt(fid* f, int level, int name, void* val, size_t* len) {
+    if (of(f) == nullptr || val == nullptr || len == nullptr) return -FI_EINVAL;
+    if (level != FI_OPT_ENDPOINT || name != FI_OPT_CM_DATA_SIZE) return -FI_ENOPROTOOPT;
+    if (*len < sizeof(size_t)) return -FI_ETOOSMALL;
+    *static_cast<size_t*>(val) = wire::kMaxCmData;
+    *len = sizeof(size_t);
+    return 0;
+  }
+
+  static inline fi_ops fi_ops_ = {
+      .size = sizeof(fi_ops),
+      .close = close,
+      .bind = bind,
+      .control = control,
+      .ops_open = prov::no_ops_open,
+      .tostr = prov::no_tostr,
+      .ops_set = prov::no_ops_set,
+  };
+  static inline fi_ops_ep ep_ops_ = {
+      .size = sizeof(fi_ops_ep),
+      .cancel = prov::enosys_ssize<fid*, void*>,
+      .getopt = getopt,
+      .setopt = prov::enosys<fid*, int, int, const void*, size_t>,
+      .tx_ctx = prov::enosys<fid_ep*, int, fi_tx_attr*, fid_ep**, void*>,
+      .rx_ctx = prov::enosys<fid_ep*, int, fi_rx_attr*, fid_ep**, void*>,
+      .rx_size_left = prov::enosys_ssize<fid_ep*>,
+      .tx_size_left = prov::enosys_ssize<fid_ep*>,
+  };
+  static inline fi_ops_cm cm_ops_ = {
+      .size = sizeof(fi_ops_cm),
+      .setname = setname,
+      .getname = getname,
+      .getpeer = prov::enosys<fid_ep*, void*, size_t*>,
+      .connect = prov::enosys<fid_ep*, const void*, const void*, size_t>,
+      .listen = listen,
+      .accept = prov::enosys<fid_ep*, const void*, size_t>,
+      .reject = reject,
+      .shutdown = prov::enosys<fid_ep*, uint64_t>,
+      .join = prov::enosys<fid_ep*, const void*, uint64_t, fid_mc**, void*>,
+  };
+  // The fid of a CONNREQ's handle: recognised by these ops.
+  static inline fi_ops handle_ops_ = {
+      .size = sizeof(fi_ops),
+      .close = prov::enosys<fid*>,
+      .bind = prov::no_bind,
+      .control = prov::no_control,
+      .ops_open = prov::no_ops_open,
+      .tostr = prov::no_tostr,
+      .ops_set = prov::no_ops_set,
+  };
+};
+
+PassiveEp* PassiveEp::from_fid(const fid* f) {
+  if (f == nullptr || f->fclass != FI_CLASS_PEP || f->ops != &PepOps::fi_ops_) return nullptr;
+  // The fid is the first member of the fid_pep, the first member of box_.
+  struct Box {
+    fid_pep pep;
+    PassiveEp* owner;
+  };
+  return reinterpret_cast<const Box*>(f)->owner;
+}
+
+PassiveEp::PassiveEp(prov::Fabric* fabric, Engine* engine, const fi_info& info, void* context)
+    : fabric_(fabric), engine_(engine), info_(fi_dupinfo(&info)) {
+  fabric_->hold();
+  box_.pep.fid.fclass = FI_CLASS_PEP;
+  box_.pep.fid.context = context;
+  box_.pep.fid.ops = &PepOps::fi_ops_;
+  box_.pep.ops = &PepOps::ep_ops_;
+  box_.pep.cm = &PepOps::cm_ops_;
+  box_.owner = this;
+  addr_.sin_family = AF_INET;
+  if (info.src_addr != nullptr && info.src_addrlen >= sizeof(sockaddr_in)) {
+    std::memcpy(&addr_, info.src_addr, sizeof(addr_));
+  }
+}
+
+PassiveEp::~PassiveEp() {
+  {
+    std::lock_guard elock(engine_->mu());
+    if (fd_.valid()) engine_->remove(fd_.get(), this);
+    incoming_.clear();
+  }
+  if (eq_ != nullptr) {
+    eq_->queue().purge(&box_.pep.fid);
+    eq_->release();
+  }
+  fi_freeinfo(info_);
+  fabric_->release();
+}
+
+fid_pep* PassiveEp::handle() {
+  return &box_.pep;
+}
+
+int PassiveEp::bind(fid* bfid, uint64_t flags) {
+  prov::Eq* eq = prov::Eq::from_fid(bfid);
+  if (eq == nullptr) return -FI_EINVAL;
+  if (flags != 0) return -FI_EBADFLAGS;
+  std::lock_guard lock(mu_);
+  if (eq_ != nullptr) return -FI_EBUSY;
+  eq->hold();
+  eq_ = eq;
+  return 0;
+}
+
+int PassiveEp::listen() {
+  std::lock_guard lock(mu_);
+  if (listening_) return -FI_EOPBADSTATE;
+  if (eq_ == nullptr) return -FI_ENOEQ;
+  core::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return -FI_EIO;
+  const int one = 1;
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr_), sizeof(addr_)) != 0) {
+    return errno == EADDRINUSE ? -FI_EADDRINUSE : -FI_EINVAL;
+  }
+  if (::listen(fd.get(), SOMAXCONN) != 0) return -FI_EIO;
+  socklen_t len = sizeof(addr_);
+  getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr_), &len);
+  fd_ = std::move(fd);
+  if (!engine_->add(fd_.get(), this, EPOLLIN)) return -FI_EIO;
+  listening_ = true;
+  return 0;
+}
+
+int PassiveEp::getname(void* addr, size_t* len) {
+  std::lock_guard lock(mu_);
+  return copy_addr(addr_, addr, len);
+}
+
+int PassiveEp::setname(const void* addr, size_t len) {
+  std::lock_guard lock(mu_);
+  if (addr == nullptr || len < sizeof(sockaddr_in)) return -FI_EINVAL;
+  if (listening_) return -FI_EOPBADSTATE;
+  sockaddr_in a;
+  std::memcpy(&a, addr, sizeof(a));
+  if (a.sin_family != AF_INET) return -FI_EINVAL;
+  addr_ = a;
+  return 0;
+}
+
+void PassiveEp::on_ready(uint32_t) {
+  for (;;) {
+    sockaddr_in peer{};
+    socklen_t len = sizeof(peer);
+    core::UniqueFd fd(
+        accept4(fd_.get(), reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd.valid()) return;
+    auto conn = std::make_unique<Conn>(engine_, nullptr, std::move(fd), wire::kMaxCmData);
+    Conn* c = conn.get();
+    {
+      std::lock_guard lock(mu_);
+      incoming_.push_back(std::move(conn));
+    }
+    c->start_passive(this);
+  }
+}
+
+void PassiveEp::request(Conn* conn, const void* data, size_t len) {
+  std::lock_guard lock(mu_);
+  fi_info* info = fi_dupinfo(info_);
+  auto h = std::make_unique<ConnReqHandle>();
+  if (info == nullptr || eq_ == nullptr) {
+    fi_freeinfo(info);
+    return;
+  }
+  h->fid_.fclass = FI_CLASS_CONNREQ;
+  h->fid_.context = nullptr;
+  h->fid_.ops = &PepOps::handle_ops_;
+  h->conn = conn;
+  info->handle = &h->fid_;
+  std::free(info->dest_addr);
+  info->dest_addr = std::malloc(sizeof(sockaddr_in));
+  if (info->dest_addr != nullptr) {
+    std::memcpy(info->dest_addr, &conn->peer_, sizeof(sockaddr_in));
+    info->dest_addrlen = sizeof(sockaddr_in);
+  } else {
+    info->dest_addrlen = 0;
+  }
+  unsigned char buf[sizeof(fi_eq_cm_entry) + wire::kMaxCmData];
+  fi_eq_cm_entry entry{};
+  entry.fid = &box_.pep.fid;
+  entry.info = info;
+  std::memcpy(buf, &entry, sizeof(entry));
+  len = std::min(len, wire::kMaxCmData);
+  if (len > 0) std::memcpy(buf + sizeof(entry), data, len);
+  if (!eq_->queue().write(FI_CONNREQ, buf, sizeof(entry) + len).ok()) {
+    fi_freeinfo(info);
+    return;
+  }
+  handles_.push_back(std::move(h));
+}
+
+void PassiveEp::forget(Conn* conn) {
+  // Called from the connection's own callbacks: it must outlive them, so it is only detached
+  // here and destroyed with the passive endpoint (or taken by fi_endpoint / fi_reject).
+  (void)conn;
+}
+
+Conn* PassiveEp::take(fid_t handle) {
+  std::lock_guard lock(mu_);
+  auto h = std::find_if(handles_.begin(), handles_.end(),
+                        [handle](const auto& p) { return &p->fid_ == handle; });
+  if (h == handles_.end()) return nullptr;
+  Conn* conn = (*h)->conn;
+  handles_.erase(h);
+  auto it = std::find_if(incoming_.begin(), incoming_.end(),
+                         [conn](const auto& p) { return p.get() == conn; });
+  if (it == incoming_.end()) return nullptr;
+  it->release();
+  incoming_.erase(it);
+  return conn;
+}
+
+int PassiveEp::reject(fid_t handle, const void* data, size_t len) {
+  if (len > wire::kMaxCmData || (len > 0 && data == nullptr)) return -FI_EINVAL;
+  std::unique_ptr<Conn> conn(take(handle));
+  if (conn == nullptr) return -FI_EINVAL;
+  return conn->reject(data, len);
+}
+
+}  // namespace fabq::xport
+
+// --- Entry points (prov/transport.h)
+
+namespace fabq::prov {
+
+Transport* make_transport(Fabric* fabric) {
+  return new xport::Engine(fabric);
+}
+
+Connection* make_connection(Endpoint* ep, fid_t handle, int* err) {
+  Fabric* fabric = ep->domain()->fabric();
+  auto* engine = static_cast<xport::Engine*>(fabric->transport());
+  if (handle == nullptr) {
+    return new xport::Conn(engine, ep, core::UniqueFd(), ep->max_msg_size());
+  }
+  if (handle->fclass != FI_CLASS_CONNREQ || handle->ops != &xport::PepOps::handle_ops_) {
+    *err = -FI_EINVAL;
+    return nullptr;
+  }
+  xport::Conn* conn = reinterpret_cast<xport::ConnReqHandle*>(handle)->conn;
+  xport::PassiveEp* pep = conn->pep_;
+  conn = pep != nullptr ? pep->take(handle) : nullptr;
+  if (conn == nullptr || !conn->adopt(ep)) {
+    delete conn;
+    *err = -FI_ECONNABORTED;
+    return nullptr;
+  }
+  return conn;
+}
+
+int open_passive_ep(fid_fabric* fabric_fid, fi_info* info, fid_pep** out, void* context) {
+  if (out != nullptr) *out = nullptr;
+  Fabric* fabric = Fabric::from_fid(fabric_fid != nullptr ? &fabric_fid->fid : nullptr);
+  if (fabric == nullptr || info == nullptr || out == nullptr) return -FI_EINVAL;
+  if (info->ep_attr != nullptr && info->ep_attr->type != FI_EP_MSG &&
+      info->ep_attr->type != FI_EP_UNSPEC) {
+    return -FI_EINVAL;
+  }
+  auto* engine = static_cast<xport::Engine*>(fabric->transport());
+  auto* pep = new (std::nothrow) xport::PassiveEp(fabric, engine, *info, context);
+  if (pep == nullptr) return -FI_ENOMEM;
+  *out = pep->handle();
+  return 0;
+}
+
+}  // namespace fabq::prov

@@ -1,0 +1,226 @@
+// fabq transport: FI_EP_MSG connections over TCP (prov/transport.h).
+//
+//   Engine      one per fabric: an epoll set of every socket of the fabric, the progress
+//               thread that runs only while somebody blocks (or for FI_PROGRESS_AUTO), and the
+//               connect timers.
+//   Conn        one TCP connection: the connection protocol of wire.h, framing, placing
+//               payloads where the endpoint says, the send queue and acknowledgements.
+//   PassiveEp   fi_passive_ep: a listening socket; each accepted socket is a Conn that waits
+//               for its kConnReq and then for the application's fi_accept or fi_reject.
+//
+// Locks: Engine::mu_ (the engine lock) guards the epoll set's membership and the dispatch of
+// readiness; Conn::mu_ guards one connection. Order: engine, connection, endpoint (see
+// prov/transport.h). Callbacks into endpoints are made holding the connection's lock; events
+// go through prov::raise_later().
+#pragma once
+
+#include <netinet/in.h>
+#include <rdma/fabric.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/unique_fd.h"
+#include "prov/transport.h"
+#include "xport/wire.h"
+
+namespace fabq::prov {
+class Eq;
+class Fabric;
+}  // namespace fabq::prov
+
+namespace fabq::xport {
+
+// Something whose fd is in the engine's epoll set. Called with the engine lock held.
+class Pollable {
+ public:
+  virtual ~Pollable() = default;
+  virtual void on_ready(uint32_t events) = 0;
+  // A deadline passed (see Engine::set_deadline).
+  virtual void on_deadline() {}
+};
+
+class Engine final : public prov::Transport {
+ public:
+  explicit Engine(prov::Fabric* fabric);
+  ~Engine() override;
+
+  void progress() override;
+  void begin_wait() override;
+  void end_wait() override;
+
+  // Membership. add/modify/remove take the engine lock themselves unless called from a
+  // callback (which already holds it): `locked` says which.
+  bool add(int fd, Pollable* p, uint32_t events);
+  void modify(int fd, Pollable* p, uint32_t events);
+  void remove(int fd, Pollable* p);
+  // Asks for p->on_ready(EPOLLIN) at the next progress (a stalled connection may go on).
+  void schedule(Pollable* p);
+  // p->on_deadline() once monotonic time passes `ns` (0 cancels).
+  void set_deadline(Pollable* p, int64_t ns);
+  std::mutex& mu() { return mu_; }
+
+ private:
+  void run_locked();
+  void thread_main();
+  void kick();
+
+  std::mutex mu_;
+  core::UniqueFd epfd_;
+  core::UniqueFd kick_fd_;
+  std::mutex sched_mu_;  // guards scheduled_, deadlines_
+  std::vector<Pollable*> scheduled_;
+  struct Deadline {
+    Pollable* p;
+    int64_t ns;
+  };
+  std::vector<Deadline> deadlines_;
+  std::atomic<bool> has_scheduled_{false};
+  std::atomic<int> waiters_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::once_flag thread_once_;
+};
+
+class PassiveEp;
+
+class Conn final : public prov::Connection, public Pollable {
+ public:
+  Conn(Engine* engine, prov::Endpoint* ep, core::UniqueFd fd, size_t max_payload);
+  ~Conn() override;
+
+  // Connection.
+  int connect(const sockaddr_in& peer, const void* data, size_t len) override;
+  int accept(const void* data, size_t len) override;
+  int shutdown() override;
+  int submit(prov::TxOp* op) override;
+  void ack_delivered(uint32_t seq) override;
+  void resume() override;
+  int getname(void* addr, size_t* len) override;
+  int getpeer(void* addr, size_t* len) override;
+  bool connected() const override {
+    return state_.load(std::memory_order_acquire) == State::kConnected;
+  }
+
+  // Pollable.
+  void on_ready(uint32_t events) override;
+  void on_deadline() override;
+
+  // Passive side: a connection accepted by `pep`, waiting for its kConnReq.
+  void start_passive(PassiveEp* pep);
+  // fi_endpoint from the CONNREQ: `ep` takes this connection over.
+  bool adopt(prov::Endpoint* ep);
+  // fi_reject.
+  int reject(const void* data, size_t len);
+  bool registered() const { return registered_; }
+
+ private:
+  enum class State : uint8_t {
+    kIdle,        // made for fi_connect, nothing sent
+    kConnecting,  // TCP connect in progress
+    kRequested,   // kConnReq sent, waiting for accept or reject
+    kIncoming,    // passive: waiting for the peer's kConnReq
+    kPending,     // passive: kConnReq reported; waiting for fi_accept / fi_reject
+    kAccepted,    // passive: kConnAccept sent, waiting for kConnReady
+    kConnected,
+    kClosed,  // shut down, refused or failed: nothing more moves
+  };
+  void set_state(State s) { state_.store(s, std::memory_order_release); }
+  State state() const { return state_.load(std::memory_order_acquire); }
+  // Under mu_:
+  void read_locked();
+  bool handle_bytes_locked(const unsigned char* p, size_t n, size_t* used);
+  bool frame_done_locked();
+  void queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len);
+  bool flush_locked();
+  void want_write_locked(bool on);
+  void fail_locked(int err, uint32_t event, const char* why);
+  void peer_closed_locked();
+  void close_socket_locked();
+
+  Engine* const engine_;
+  prov::Endpoint* ep_;  // null while passive and not adopted
+  PassiveEp* pep_ = nullptr;
+  core::UniqueFd fd_;
+  std::mutex mu_;
+  std::atomic<State> state_{State::kIdle};
+  bool registered_ = false;
+  bool writing_ = false;   // EPOLLOUT requested
+  bool stalled_ = false;   // a payload has no place yet
+  bool shutting_ = false;  // fi_shutdown: kShutdown goes after the queued sends
+  bool comm_est_ = false;  // COMM_EST raised
+  bool reported_ = false;  // FI_SHUTDOWN or an error was reported for this connection
+  sockaddr_in peer_{};
+  wire::Framer framer_;
+  std::unique_ptr<unsigned char[]> rbuf_;
+  size_t rpos_ = 0;
+  size_t rlen_ = 0;
+  // The frame being read.
+  prov::Incoming in_;
+  prov::Placement place_;
+  bool have_place_ = false;
+  size_t placed_ = 0;  // payload bytes of this frame consumed so far
+  unsigned char cm_buf_[wire::kMaxCmData];
+  // Sends: a ring of submitted ops, then control frames written between data frames.
+  std::vector<prov::TxOp*> sendq_;
+  size_t send_head_ = 0;
+  size_t send_count_ = 0;
+  std::vector<unsigned char> ctrl_;
+  size_t ctrl_off_ = 0;
+  bool mid_frame_ = false;  // the head op is partly written
+
+  friend class PassiveEp;
+  friend prov::Connection* prov::make_connection(prov::Endpoint*, fid_t, int*);
+};
+
+// A pending connection request, as fi_info->handle names it.
+struct ConnReqHandle {
+  fid fid_;
+  Conn* conn;
+};
+
+class PassiveEp final : public Pollable {
+ public:
+  static PassiveEp* from_fid(const fid* f);
+  PassiveEp(prov::Fabric* fabric, Engine* engine, const fi_info& info, void* context);
+  ~PassiveEp() override;
+  fid_pep* handle();
+
+  void on_ready(uint32_t events) override;
+  // A Conn got its kConnReq: report FI_CONNREQ.
+  void request(Conn* conn, const void* data, size_t len);
+  // A Conn died before the application took it.
+  void forget(Conn* conn);
+  // The Conn behind `handle`, removed from the pending list; null if unknown.
+  Conn* take(fid_t handle);
+
+ private:
+  friend struct PepOps;
+  int bind(fid* bfid, uint64_t flags);
+  int listen();
+  int getname(void* addr, size_t* len);
+  int setname(const void* addr, size_t len);
+  int reject(fid_t handle, const void* data, size_t len);
+
+  struct {
+    fid_pep pep;
+    PassiveEp* owner;
+  } box_{};
+  prov::Fabric* const fabric_;
+  Engine* const engine_;
+  fi_info* info_;
+  std::mutex mu_;
+  prov::Eq* eq_ = nullptr;
+  core::UniqueFd fd_;
+  sockaddr_in addr_{};
+  bool listening_ = false;
+  std::vector<std::unique_ptr<Conn>> incoming_;  // accepted sockets, and requests not taken
+  std::vector<std::unique_ptr<ConnReqHandle>> handles_;
+};
+
+}  // namespace fabq::xport
