@@ -499,7 +499,14 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
     std::memcpy(&d, info.dest_addr, sizeof(d));
     dest_ = d;
   }
-  conn_handle_ = info.handle;
+  if (info.handle != nullptr && info.handle->fclass == FI_CLASS_CONNREQ) {
+    conn_handle_ = info.handle;
+  } else if (info.handle != nullptr && info.handle->fclass == FI_CLASS_PEP) {
+    // fi_endpoint(3): an active endpoint may take over a passive endpoint's address.
+    sockaddr_in a{};
+    size_t len = sizeof(a);
+    if (fi_getname(info.handle, &a, &len) == 0 && a.sin_family == AF_INET) src_ = a;
+  }
   tx_free_.reserve(tx_size_);
   for (size_t i = tx_size_; i-- > 0;) tx_free_.push_back(static_cast<uint32_t>(i));
 }
@@ -1148,7 +1155,7 @@ int open_endpoint(fid_domain* domain_fid, fi_info* info, fid_ep** out, void* con
   if (domain->failed()) return -FI_EOPBADSTATE;
   Endpoint* e = make_object<Endpoint>(domain, *info, context);
   if (e == nullptr) return -FI_ENOMEM;
-  if (info->handle != nullptr) {
+  if (info->handle != nullptr && info->handle->fclass == FI_CLASS_CONNREQ) {
     // Opened from an FI_CONNREQ: the endpoint takes over the pending connection.
     int err = 0;
     e->conn_.reset(make_connection(e, info->handle, &err));

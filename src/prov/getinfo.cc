@@ -212,6 +212,8 @@ fi_info* make_info(uint32_t version, const fi_info* hints, const Iface& iface,
   info->caps = asked_caps != 0 ? asked_caps : kCaps;
   info->mode = 0;
   info->addr_format = FI_SOCKADDR_IN;
+  // A passive endpoint (or a CONNREQ) named in the hints goes on to the endpoint it opens.
+  info->handle = hints != nullptr ? hints->handle : nullptr;
   sockaddr_in s{};
   s.sin_family = AF_INET;
   s.sin_addr = iface.addr;

@@ -289,6 +289,15 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
   core::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return -FI_EIO;
   set_socket_options(fd.get());
+  if (const sockaddr_in& src = ep_->src_addr(); src.sin_port != 0) {
+    // A source port was asked for (fi_getinfo's service, or a passive endpoint's address
+    // taken over through info->handle): connect from it.
+    const int one = 1;
+    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&src), sizeof(src)) != 0) {
+      return errno == EADDRINUSE ? -FI_EADDRINUSE : -FI_EINVAL;
+    }
+  }
   peer_ = peer;
   queue_ctrl_locked(wire::Op::kConnReq, 0, data, len);
   const int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&peer), sizeof(peer));
@@ -356,7 +365,9 @@ int Conn::reject(const void* data, size_t len) {
 
 int Conn::shutdown() {
   std::lock_guard lock(mu_);
-  if (state() != State::kConnected || shutting_) return -FI_ENOTCONN;
+  if (state() == State::kClosed && reported_ && was_connected_) return 0;  // the peer was first
+  if (state() != State::kConnected) return -FI_ENOTCONN;
+  if (shutting_) return 0;
   shutting_ = true;
   flush_locked();
   return 0;
@@ -456,7 +467,13 @@ bool Conn::flush_locked() {
         [[maybe_unused]] ssize_t n =
             send(fd_.get(), p, ctrl_.size() - ctrl_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
         ::shutdown(fd_.get(), SHUT_WR);
-        if (ep_ != nullptr) prov::raise_later(ep_->domain(), ep_, FI_FABQ_EVENT_SQ_DRAINED);
+        if (ep_ != nullptr) {
+          prov::raise_later(ep_->domain(), ep_, FI_FABQ_EVENT_SQ_DRAINED);
+          // Both sides see FI_SHUTDOWN, as with rdma_disconnect(): this one now, the peer when
+          // the kShutdown arrives.
+          if (!reported_) ep_->cm_event(FI_SHUTDOWN, nullptr, 0);
+        }
+        reported_ = true;
       }
       return true;
     }
@@ -743,6 +760,7 @@ bool Conn::frame_done_locked() {
       return false;
     case wire::Op::kConnAccept:
       engine_->set_deadline(this, 0);
+      was_connected_ = true;
       set_state(State::kConnected);
       queue_ctrl_locked(wire::Op::kConnReady, 0, nullptr, 0);
       ep_->cm_event(FI_CONNECTED, cm_buf_, h.length);
@@ -754,6 +772,7 @@ bool Conn::frame_done_locked() {
       return false;
     case wire::Op::kConnReady:
       engine_->set_deadline(this, 0);
+      was_connected_ = true;
       set_state(State::kConnected);
       ep_->cm_event(FI_CONNECTED, nullptr, 0);
       return true;

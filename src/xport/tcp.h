@@ -150,11 +150,12 @@ class Conn final : public prov::Connection, public Pollable {
   std::mutex mu_;
   std::atomic<State> state_{State::kIdle};
   bool registered_ = false;
-  bool writing_ = false;   // EPOLLOUT requested
-  bool stalled_ = false;   // a payload has no place yet
-  bool shutting_ = false;  // fi_shutdown: kShutdown goes after the queued sends
-  bool comm_est_ = false;  // COMM_EST raised
-  bool reported_ = false;  // FI_SHUTDOWN or an error was reported for this connection
+  bool writing_ = false;        // EPOLLOUT requested
+  bool stalled_ = false;        // a payload has no place yet
+  bool shutting_ = false;       // fi_shutdown: kShutdown goes after the queued sends
+  bool comm_est_ = false;       // COMM_EST raised
+  bool reported_ = false;       // FI_SHUTDOWN or an error was reported for this connection
+  bool was_connected_ = false;  // FI_CONNECTED was reported
   sockaddr_in peer_{};
   wire::Framer framer_;
   std::unique_ptr<unsigned char[]> rbuf_;
