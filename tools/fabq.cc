@@ -12,7 +12,7 @@ void usage(FILE* out) {
                "usage: fabq <command>\n"
                "\n"
                "commands:\n"
-               "  demo      show the core event and completion queue engine at work\n"
+               "  demo      a server and a client talking through libfabric and fabq (--help)\n"
                "  bench     benchmark fabq against libfabric's own providers (--help)\n"
                "  events    print a domain's asynchronous events as they arrive (--help)\n"
                "  version   print the fabq version\n");
