@@ -79,6 +79,8 @@ Violation decode(const unsigned char* in, size_t max_payload, Header* out) {
   if (h.length > limit) return Violation::kTooLong;
   if (h.tag != 0 && h.op != Op::kTagged) return Violation::kUnusedField;
   if (h.data != 0 && (h.flags & kRemoteData) == 0) return Violation::kUnusedField;
+  const bool numbered = is_data(h.op) || h.op == Op::kAckReceived || h.op == Op::kAckDelivered;
+  if (h.seq != 0 && !numbered) return Violation::kUnusedField;
   *out = h;
   return Violation::kNone;
 }
@@ -93,6 +95,7 @@ void Framer::next_frame() {
 size_t Framer::take_header(const unsigned char* p, size_t n) {
   if (dead() || in_payload_ || done_) return 0;
   const size_t take = std::min(n, kHeaderSize - held_);
+  if (take == 0) return 0;
   std::memcpy(buf_ + held_, p, take);
   held_ += take;
   if (held_ < kHeaderSize) return take;

@@ -74,7 +74,7 @@ enum class Violation : uint8_t {
   kUnknownOp,
   kBadFlags,     // a flag the op does not allow
   kTooLong,      // length above the limit of the op (kMaxCmData, max_payload, or 0)
-  kUnusedField,  // tag or data nonzero where the op does not use it
+  kUnusedField,  // tag, data or seq nonzero where the op does not use it
 };
 const char* violation_str(Violation v);
 
@@ -82,7 +82,7 @@ const char* violation_str(Violation v);
 void encode(const Header& h, unsigned char* out);
 
 // Reads and validates the header at in[0..kHeaderSize). `max_payload` bounds the length of
-// kMsg and kTagged. kNone and *out filled, or the first violation found.
+// kMsg and kTagged. kNone and *out filled, or the first violation found and *out untouched.
 Violation decode(const unsigned char* in, size_t max_payload, Header* out);
 
 // Splits one connection's stream into frames, incrementally: the transport hands it whatever

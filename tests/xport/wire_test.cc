@@ -57,7 +57,10 @@ const char* op_name(Op op) {
 Header full_header(Op op) {
   Header h;
   h.op = op;
-  h.seq = 0x01020304;
+  // Only data frames and acknowledgements are numbered.
+  const bool numbered =
+      op == Op::kMsg || op == Op::kTagged || op == Op::kAckReceived || op == Op::kAckDelivered;
+  h.seq = numbered ? 0x01020304 : 0;
   switch (op) {
     case Op::kConnReq:
     case Op::kConnAccept:
@@ -494,3 +497,28 @@ TEST(Framer, ANewFramerWaitsForAHeader) {
 
 }  // namespace
 }  // namespace fabq::xport::wire
+
+namespace {
+TEST(Wire, ASequenceNumberOnAnOpThatIsNotNumberedIsAViolation) {
+  using namespace fabq::xport::wire;
+  for (Op op : {Op::kConnReq, Op::kConnAccept, Op::kConnReject, Op::kConnReady, Op::kShutdown}) {
+    Header h;
+    h.op = op;
+    h.seq = 7;
+    unsigned char b[kHeaderSize];
+    encode(h, b);
+    Header out;
+    EXPECT_EQ(decode(b, 1024, &out), Violation::kUnusedField) << static_cast<int>(op);
+  }
+  for (Op op : {Op::kMsg, Op::kTagged, Op::kAckReceived, Op::kAckDelivered}) {
+    Header h;
+    h.op = op;
+    h.seq = 7;
+    unsigned char b[kHeaderSize];
+    encode(h, b);
+    Header out;
+    EXPECT_EQ(decode(b, 1024, &out), Violation::kNone) << static_cast<int>(op);
+    EXPECT_EQ(out.seq, 7u);
+  }
+}
+}  // namespace
