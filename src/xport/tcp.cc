@@ -117,9 +117,24 @@ void Engine::modify(int fd, Pollable* p, uint32_t events) {
 
 void Engine::remove(int fd, Pollable* p) {
   epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  unschedule(p);
+}
+
+void Engine::unschedule(Pollable* p) {
   std::lock_guard lock(sched_mu_);
   std::erase(scheduled_, p);
   std::erase_if(deadlines_, [p](const Deadline& d) { return d.p == p; });
+}
+
+void Engine::remove_fd(int fd) {
+  epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, fd, nullptr);
+}
+
+void Engine::retire(std::unique_ptr<Pollable> p) {
+  std::lock_guard lock(sched_mu_);
+  std::erase(scheduled_, p.get());
+  std::erase_if(deadlines_, [q = p.get()](const Deadline& d) { return d.p == q; });
+  graveyard_.push_back(std::move(p));
 }
 
 void Engine::schedule(Pollable* p) {
@@ -183,6 +198,12 @@ void Engine::run_locked() {
     }
   }
   for (Pollable* p : due) p->on_deadline();
+  // Objects retired during this round: no readiness report of the round refers to them now.
+  std::vector<std::unique_ptr<Pollable>> dead;
+  {
+    std::lock_guard lock(sched_mu_);
+    dead.swap(graveyard_);
+  }
 }
 
 void Engine::begin_wait() {
@@ -241,7 +262,8 @@ Conn::Conn(Engine* engine, prov::Endpoint* ep, core::UniqueFd fd, size_t max_pay
 Conn::~Conn() {
   std::lock_guard elock(engine_->mu());
   std::lock_guard lock(mu_);
-  if (fd_.valid()) engine_->remove(fd_.get(), this);
+  if (fd_.valid() && registered_) engine_->remove_fd(fd_.get());
+  engine_->unschedule(this);
   engine_->set_deadline(this, 0);
   fd_.reset();
 }
@@ -250,6 +272,7 @@ void Conn::close_socket_locked() {
   if (fd_.valid()) {
     engine_->remove(fd_.get(), this);
     registered_ = false;
+    interest_ = 0;
     // The fd stays open until the Conn is destroyed: a readiness report already in flight
     // for it must not reach a reused descriptor. Shutting it down makes it inert.
     ::shutdown(fd_.get(), SHUT_RDWR);
@@ -259,14 +282,31 @@ void Conn::close_socket_locked() {
 }
 
 void Conn::want_write_locked(bool on) {
-  if (writing_ == on || !registered_) {
-    writing_ = on;
-    return;
-  }
+  if (writing_ == on) return;
   writing_ = on;
+  update_interest_locked();
+}
+
+// The socket is in the epoll set exactly while there is something to wait for. Out of it, a
+// peer's hang-up is not reported either: a stalled or pending connection whose peer left does
+// not make the progress thread spin; it is looked at again when it is resumed.
+void Conn::update_interest_locked() {
+  if (!fd_.valid()) return;
   const State s = state();
-  const bool reading = !stalled_ && s != State::kPending && s != State::kClosed;
-  engine_->modify(fd_.get(), this, (reading ? kIn : 0) | (on ? kOut : 0));
+  const bool open = s != State::kClosed && s != State::kIdle;
+  const bool reading = open && !stalled_ && s != State::kPending;
+  const uint32_t want =
+      (reading ? kIn : 0) | (open && (writing_ || s == State::kConnecting) ? kOut : 0);
+  if (want == interest_ && registered_ == (want != 0)) return;
+  if (want == 0) {
+    if (registered_) engine_->remove_fd(fd_.get());
+    registered_ = false;
+  } else if (!registered_) {
+    registered_ = engine_->add(fd_.get(), this, want);
+  } else {
+    engine_->modify(fd_.get(), this, want);
+  }
+  interest_ = want;
 }
 
 void Conn::queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len) {
@@ -311,8 +351,8 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
     return 0;
   }
   set_state(State::kConnecting);
-  registered_ = engine_->add(fd_.get(), this, EPOLLIN | EPOLLOUT);
   writing_ = true;
+  update_interest_locked();
   engine_->set_deadline(
       this, now_ns() + static_cast<int64_t>(prov::params().connect_timeout_ms) * 1'000'000);
   return registered_ ? 0 : -FI_EIO;
@@ -325,7 +365,7 @@ void Conn::start_passive(PassiveEp* pep) {
   socklen_t len = sizeof(peer_);
   getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&peer_), &len);
   set_state(State::kIncoming);
-  registered_ = engine_->add(fd_.get(), this, EPOLLIN);
+  update_interest_locked();
   engine_->set_deadline(
       this, now_ns() + static_cast<int64_t>(prov::params().connect_timeout_ms) * 1'000'000);
 }
@@ -345,7 +385,7 @@ int Conn::accept(const void* data, size_t len) {
   }
   queue_ctrl_locked(wire::Op::kConnAccept, 0, data, len);
   set_state(State::kAccepted);
-  engine_->modify(fd_.get(), this, EPOLLIN);
+  update_interest_locked();
   engine_->set_deadline(
       this, now_ns() + static_cast<int64_t>(prov::params().connect_timeout_ms) * 1'000'000);
   flush_locked();
@@ -559,7 +599,7 @@ void Conn::on_ready(uint32_t events) {
     if ((events & EPOLLOUT) == 0) return;
     set_state(State::kRequested);
     writing_ = false;
-    engine_->modify(fd_.get(), this, EPOLLIN);
+    update_interest_locked();
     flush_locked();
     return;
   }
@@ -569,7 +609,7 @@ void Conn::on_ready(uint32_t events) {
   if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
     if (stalled_) {
       stalled_ = false;
-      if (registered_) engine_->modify(fd_.get(), this, kIn | (writing_ ? kOut : 0));
+      update_interest_locked();
     }
     read_locked();
   }
@@ -623,8 +663,7 @@ void Conn::read_locked() {
     }
     if (n == 0) {
       // The peer closed. Between frames that is a close; inside one, a violation.
-      if (framer_.in_header() && !framer_.frame_done() && framer_.payload_left() == 0 &&
-          rlen_ == 0) {
+      if (framer_.between_frames()) {
         peer_closed_locked();
       } else {
         fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "connection closed inside a frame");
@@ -656,7 +695,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       if (is_data(h.op) && !have_place_) {
         if (ep_ == nullptr || !ep_->place(in_, &place_)) {
           stalled_ = true;
-          if (registered_) engine_->modify(fd_.get(), this, writing_ ? kOut : 0);
+          update_interest_locked();
           *used = off;
           return false;
         }
@@ -755,7 +794,7 @@ bool Conn::frame_done_locked() {
     case wire::Op::kConnReq:
       set_state(State::kPending);
       engine_->set_deadline(this, 0);
-      if (registered_) engine_->modify(fd_.get(), this, 0);
+      update_interest_locked();
       if (pep_ != nullptr) pep_->request(this, cm_buf_, h.length);
       return false;
     case wire::Op::kConnAccept:
@@ -1030,6 +1069,21 @@ int PassiveEp::setname(const void* addr, size_t len) {
 }
 
 void PassiveEp::on_ready(uint32_t) {
+  {
+    // Connections that ended before they were reported leave now (through the engine, which
+    // frees them once no readiness report of this round can name them).
+    std::lock_guard lock(mu_);
+    for (auto it = incoming_.begin(); it != incoming_.end();) {
+      const bool reported = std::any_of(handles_.begin(), handles_.end(),
+                                        [c = it->get()](const auto& h) { return h->conn == c; });
+      if (!reported && (*it)->closed()) {
+        engine_->retire(std::move(*it));
+        it = incoming_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
   for (;;) {
     sockaddr_in peer{};
     socklen_t len = sizeof(peer);

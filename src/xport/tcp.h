@@ -59,18 +59,23 @@ class Engine final : public prov::Transport {
   bool add(int fd, Pollable* p, uint32_t events);
   void modify(int fd, Pollable* p, uint32_t events);
   void remove(int fd, Pollable* p);
+  void remove_fd(int fd);
+  // Forgets p's scheduled calls and deadline.
+  void unschedule(Pollable* p);
+  // Frees p at the end of the current round (callbacks may retire objects of the same round).
+  void retire(std::unique_ptr<Pollable> p);
   // Asks for p->on_ready(EPOLLIN) at the next progress (a stalled connection may go on).
   void schedule(Pollable* p);
   // p->on_deadline() once monotonic time passes `ns` (0 cancels).
   void set_deadline(Pollable* p, int64_t ns);
-  std::mutex& mu() { return mu_; }
+  std::recursive_mutex& mu() { return mu_; }
 
  private:
   void run_locked();
   void thread_main();
   void kick();
 
-  std::mutex mu_;
+  std::recursive_mutex mu_;  // recursive: a callback may destroy a connection
   core::UniqueFd epfd_;
   core::UniqueFd kick_fd_;
   std::mutex sched_mu_;  // guards scheduled_, deadlines_
@@ -80,6 +85,7 @@ class Engine final : public prov::Transport {
     int64_t ns;
   };
   std::vector<Deadline> deadlines_;
+  std::vector<std::unique_ptr<Pollable>> graveyard_;
   std::atomic<bool> has_scheduled_{false};
   std::atomic<int> waiters_{0};
   std::atomic<bool> stop_{false};
@@ -118,6 +124,7 @@ class Conn final : public prov::Connection, public Pollable {
   // fi_reject.
   int reject(const void* data, size_t len);
   bool registered() const { return registered_; }
+  bool closed() const { return state() == State::kClosed; }
 
  private:
   enum class State : uint8_t {
@@ -139,6 +146,7 @@ class Conn final : public prov::Connection, public Pollable {
   void queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len);
   bool flush_locked();
   void want_write_locked(bool on);
+  void update_interest_locked();
   void fail_locked(int err, uint32_t event, const char* why);
   void peer_closed_locked();
   void close_socket_locked();
@@ -151,6 +159,7 @@ class Conn final : public prov::Connection, public Pollable {
   std::atomic<State> state_{State::kIdle};
   bool registered_ = false;
   bool writing_ = false;        // EPOLLOUT requested
+  uint32_t interest_ = 0;       // the events registered
   bool stalled_ = false;        // a payload has no place yet
   bool shutting_ = false;       // fi_shutdown: kShutdown goes after the queued sends
   bool comm_est_ = false;       // COMM_EST raised

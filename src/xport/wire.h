@@ -99,6 +99,8 @@ class Framer {
   explicit Framer(size_t max_payload) : max_payload_(max_payload) {}
 
   bool in_header() const { return !in_payload_; }
+  // No byte of a frame has been taken since the last whole one.
+  bool between_frames() const { return held_ == 0 && !in_payload_ && !dead(); }
   bool dead() const { return violation_ != Violation::kNone; }
   Violation violation() const { return violation_; }
   // The current frame's header; valid from the moment take_header() completes it until the
