@@ -317,9 +317,23 @@ std::string_view bare(const char* noun) {
   return space == std::string_view::npos ? s : s.substr(space + 1);
 }
 
-enum Key { kEventKey, kErrorKey, kOnKey, kOpsKey, kMsKey, kProbKey, kSeedKey, kCountKey, kKeys };
-constexpr std::string_view kKeyNames[] = {"event", "error", "on",   "ops",
+enum Key {
+  kEventKey,
+  kErrorKey,
+  kNetKey,
+  kOnKey,
+  kOpsKey,
+  kMsKey,
+  kProbKey,
+  kSeedKey,
+  kCountKey,
+  kKeys
+};
+constexpr std::string_view kKeyNames[] = {"event", "error", "net",  "on",   "ops",
                                           "ms",    "prob",  "seed", "count"};
+
+constexpr NetFault kNetFaults[] = {NetFault::kReject, NetFault::kTimeout, NetFault::kDrop,
+                                   NetFault::kCorrupt};
 static_assert(std::size(kKeyNames) == kKeys);
 
 bool parse_rule(std::string_view text, FaultRule* out, std::string* why) {
@@ -347,7 +361,8 @@ bool parse_rule(std::string_view text, FaultRule* out, std::string* why) {
     int k = 0;
     while (k < kKeys && !iequal(key, kKeyNames[k])) ++k;
     if (k == kKeys) {
-      *why = "unknown key " + quoted(key) + " (keys: event, error, on, ops, ms, prob, seed, count)";
+      *why = "unknown key " + quoted(key) +
+             " (keys: event, error, net, on, ops, ms, prob, seed, count)";
       return false;
     }
     if (seen[k]) {
@@ -366,12 +381,13 @@ bool parse_rule(std::string_view text, FaultRule* out, std::string* why) {
 
   FaultRule r;
   // What.
-  if (seen[kEventKey] && seen[kErrorKey]) {
-    *why = "event= and error= are exclusive (a rule does one thing)";
+  const int whats = seen[kEventKey] + seen[kErrorKey] + seen[kNetKey];
+  if (whats > 1) {
+    *why = "event=, error= and net= are exclusive (a rule does one thing)";
     return false;
   }
-  if (!seen[kEventKey] && !seen[kErrorKey]) {
-    *why = "no event= or error= (a rule needs exactly one)";
+  if (whats == 0) {
+    *why = "no event=, error= or net= (a rule needs exactly one)";
     return false;
   }
   // When: at most one.
@@ -398,9 +414,18 @@ bool parse_rule(std::string_view text, FaultRule* out, std::string* why) {
       return false;
     }
     r.event = kind->type;
-  } else {
+  } else if (seen[kErrorKey]) {
     r.what = FaultWhat::kError;
     if (!parse_error(values[kErrorKey], &r.err, &r.prov_errno, why)) return false;
+  } else {
+    r.what = FaultWhat::kNet;
+    for (NetFault f : kNetFaults) {
+      if (iequal(values[kNetKey], net_fault_name(f))) r.net = f;
+    }
+    if (r.net == NetFault::kNone) {
+      *why = "unknown net fault " + quoted(values[kNetKey]) + " (reject, timeout, drop, corrupt)";
+      return false;
+    }
   }
 
   if (seen[kOpsKey]) {
@@ -438,6 +463,12 @@ bool parse_rule(std::string_view text, FaultRule* out, std::string* why) {
       }
       return false;
     }
+  } else if (r.what == FaultWhat::kNet) {
+    if (r.target.kind != FaultTargetKind::kEndpoint) {
+      *why = std::string("net= applies to an endpoint's connection (on=ep:...), not ") +
+             target_noun(r.target.kind);
+      return false;
+    }
   } else if (r.target.kind != FaultTargetKind::kEndpoint && r.target.kind != FaultTargetKind::kCq) {
     *why = std::string("error= applies to an endpoint or a CQ (on=ep:... or on=cq:...), not ") +
            target_noun(r.target.kind);
@@ -448,6 +479,22 @@ bool parse_rule(std::string_view text, FaultRule* out, std::string* why) {
 }
 
 }  // namespace
+
+const char* net_fault_name(NetFault f) {
+  switch (f) {
+    case NetFault::kNone:
+      return "none";
+    case NetFault::kReject:
+      return "reject";
+    case NetFault::kTimeout:
+      return "timeout";
+    case NetFault::kDrop:
+      return "drop";
+    case NetFault::kCorrupt:
+      return "corrupt";
+  }
+  return "none";
+}
 
 bool parse_fault_spec(std::string_view spec, std::vector<FaultRule>* rules, std::string* error) {
   std::vector<FaultRule> parsed;
@@ -481,6 +528,9 @@ std::string format_fault_rule(const FaultRule& rule) {
     const AsyncKind* kind = async_kind(rule.event);
     out = "event=";
     out += kind != nullptr ? std::string(kind->short_name) : std::to_string(rule.event);
+  } else if (rule.what == FaultWhat::kNet) {
+    out = "net=";
+    out += net_fault_name(rule.net);
   } else {
     const char* name = fi_errno_name(rule.err);
     out = "error=";

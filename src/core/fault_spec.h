@@ -6,6 +6,8 @@
 //                                            with or without the FI_FABQ_EVENT_ prefix
 //                        error=<err>[:<prov>] err: a fabric errno name (FI_EIO, EIO, any case)
 //                                            or a positive number; prov: any int (default 0)
+//                        net=<fault>         reject | timeout | drop | corrupt (NetFault), any
+//                                            case; on=ep only
 //   on=<target>          domain (default) | ep:<i> | cq:<i> | srx:<i> (i >= 0) |
 //                        ep:<name> | cq:<name> | srx:<name> (name: [A-Za-z_][A-Za-z0-9_.-]{0,62});
 //                        the object kind in any case
@@ -47,14 +49,25 @@ struct FaultTarget {
   std::string name;
 };
 
-enum class FaultWhat { kEvent, kError };
+enum class FaultWhat { kEvent, kError, kNet };
+
+// What net= does to an endpoint's connection when the rule fires (the transport applies it).
+enum class NetFault : uint8_t {
+  kNone,
+  kReject,   // its next fi_connect is refused (FI_ECONNREFUSED), as a peer's fi_reject would
+  kTimeout,  // its next fi_connect gets no answer and times out (FI_ETIMEDOUT)
+  kDrop,     // the next message it sends is lost on the way
+  kCorrupt,  // the next message it sends arrives with a damaged header
+};
+const char* net_fault_name(NetFault f);
 enum class FaultWhen { kNow, kOps, kMs, kProb };
 
 struct FaultRule {
   FaultWhat what = FaultWhat::kEvent;
-  uint32_t event = 0;  // FI_FABQ_EVENT_* for kEvent
-  int err = 0;         // positive fabric errno for kError
-  int prov_errno = 0;  // for kError
+  uint32_t event = 0;              // FI_FABQ_EVENT_* for kEvent
+  int err = 0;                     // positive fabric errno for kError
+  int prov_errno = 0;              // for kError
+  NetFault net = NetFault::kNone;  // for kNet
   FaultTarget target;
   FaultWhen when = FaultWhen::kNow;
   uint64_t ops = 0;  // kOps: fires on every ops-th operation (>= 1)

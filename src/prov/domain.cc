@@ -230,6 +230,8 @@ void Domain::fire_timed(uint64_t serial, const std::shared_ptr<const core::Fault
 void Domain::fire_locked(AsyncTarget* t, const core::FaultRule& rule) {
   if (rule.what == core::FaultWhat::kEvent) {
     raise(this, t, rule.event);
+  } else if (rule.what == core::FaultWhat::kNet) {
+    t->arm_net_fault(rule.net);
   } else if (t->kind() == core::FaultTargetKind::kEndpoint) {
     t->arm_next_failure(rule.err, rule.prov_errno);
   } else if (t->kind() == core::FaultTargetKind::kCq) {

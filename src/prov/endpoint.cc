@@ -925,6 +925,16 @@ void Endpoint::tx_written(TxOp* op) {
   raise_later(domain_, tx_cq_, events);
 }
 
+void Endpoint::tx_lost(TxOp* op, int err) {
+  std::vector<uint32_t> events;
+  {
+    std::lock_guard lock(mu_);
+    const auto index = static_cast<uint32_t>(op - tx_.data());
+    finish_send(index, op->level == TxLevel::kInject ? 0 : err, &events);
+  }
+  raise_later(domain_, tx_cq_, events);
+}
+
 bool Endpoint::tx_acked(uint32_t seq, bool delivered) {
   std::vector<uint32_t> events;
   {

@@ -74,6 +74,9 @@ class Endpoint final : public Object, public AsyncTarget {
   // A send is written whole to the kernel / acknowledged by the peer. tx_acked() is false for a
   // sequence number that names no send awaiting that acknowledgement (a protocol violation).
   void tx_written(TxOp* op);
+  // A send the connection will not carry (a net=drop fault): it completes as if the peer never
+  // answered: successfully at the inject level, with `err` at the others.
+  void tx_lost(TxOp* op, int err);
   bool tx_acked(uint32_t seq, bool delivered);
   // The connection is gone: every send not completed yet completes with `err`.
   void abort_sends(int err);

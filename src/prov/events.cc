@@ -28,6 +28,8 @@ FaultAction AsyncTarget::count_operation() {
     if (!a.trigger.on_operation()) continue;
     if (a.rule->what == core::FaultWhat::kEvent) {
       action.events.push_back(a.rule->event);
+    } else if (a.rule->what == core::FaultWhat::kNet) {
+      arm_net_fault(a.rule->net);
     } else if (action.err == 0) {
       action.err = a.rule->err;
       action.prov_errno = a.rule->prov_errno;

@@ -60,6 +60,16 @@ class AsyncTarget {
   FaultAction count_operation();
   // A kNow/kMs error rule on an endpoint fails its next operation: taken here.
   void arm_next_failure(int err, int prov_errno);
+  // A net= rule fired on an endpoint: its connection applies the fault once (take_net_fault()
+  // returns it, then kNone). The order: release here, acquire in take.
+  void arm_net_fault(core::NetFault f) {
+    net_fault_.store(static_cast<uint8_t>(f), std::memory_order_release);
+  }
+  core::NetFault take_net_fault() {
+    if (net_fault_.load(std::memory_order_relaxed) == 0) [[likely]]
+      return core::NetFault::kNone;
+    return static_cast<core::NetFault>(net_fault_.exchange(0, std::memory_order_acquire));
+  }
 
  private:
   friend class Domain;
@@ -72,6 +82,7 @@ class AsyncTarget {
   std::mutex fault_mu_;         // guards armed_, next_err_
   std::vector<ArmedFault> armed_;
   std::atomic<bool> has_faults_{false};
+  std::atomic<uint8_t> net_fault_{0};
   int next_err_ = 0;
   int next_prov_errno_ = 0;
 };

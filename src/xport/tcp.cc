@@ -326,6 +326,23 @@ void Conn::queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t
 int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
   std::lock_guard lock(mu_);
   if (state() != State::kIdle) return -FI_EISCONN;
+  peer_ = peer;
+  switch (ep_->take_net_fault()) {
+    case core::NetFault::kReject:
+      // Injected: refused as if the peer had called fi_reject without data.
+      set_state(State::kClosed);
+      reported_ = true;
+      ep_->cm_error(FI_ECONNREFUSED, nullptr, 0);
+      return 0;
+    case core::NetFault::kTimeout:
+      // Injected: the request never gets an answer; the connect timer ends it.
+      set_state(State::kConnecting);
+      engine_->set_deadline(
+          this, now_ns() + static_cast<int64_t>(prov::params().connect_timeout_ms) * 1'000'000);
+      return 0;
+    default:
+      break;
+  }
   core::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return -FI_EIO;
   set_socket_options(fd.get());
@@ -430,6 +447,18 @@ int Conn::submit(prov::TxOp* op) {
   if (op->level == prov::TxLevel::kDelivery) h.flags |= wire::kWantDelivered;
   wire::encode(h, op->header);
   op->written = 0;
+  switch (ep_->take_net_fault()) {
+    case core::NetFault::kDrop:
+      // Injected loss: the message never reaches the peer.
+      ep_->tx_lost(op, FI_ETIMEDOUT);
+      return 0;
+    case core::NetFault::kCorrupt:
+      // Injected damage: the peer sees a header that is not fabq's and fails the connection.
+      op->header[0] ^= 0xff;
+      break;
+    default:
+      break;
+  }
   sendq_[(send_head_ + send_count_) % sendq_.size()] = op;
   ++send_count_;
   if (!writing_ || send_count_ == 1) flush_locked();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/async_event.h"
@@ -43,7 +44,7 @@ bool same(const FaultRule& a, const FaultRule& b) {
   return a.what == b.what && a.event == b.event && a.err == b.err && a.prov_errno == b.prov_errno &&
          a.target.kind == b.target.kind && a.target.index == b.target.index &&
          a.target.name == b.target.name && a.when == b.when && a.ops == b.ops && a.ms == b.ms &&
-         a.prob == b.prob && a.seed == b.seed && a.count == b.count;
+         a.prob == b.prob && a.seed == b.seed && a.count == b.count && a.net == b.net;
 }
 
 FaultRule rule_with(FaultWhen when, uint64_t n, uint64_t count) {
@@ -288,7 +289,7 @@ TEST(FaultSpecError, TheTargetMustBeAnEndpointOrACq) {
 }
 
 TEST(FaultSpecWhat, ExactlyOneOfEventAndErrorIsRequired) {
-  EXPECT_TRUE(contains(rejected("on=ep:0,ops=1"), "no event= or error="));
+  EXPECT_TRUE(contains(rejected("on=ep:0,ops=1"), "no event=, error= or net="));
   EXPECT_TRUE(contains(rejected("event=ep_fatal,error=FI_EIO,on=ep:0"), "exclusive"));
 }
 
@@ -583,6 +584,28 @@ TEST(FaultTrigger, OperationsCountAgainstTheSameCountAsFireOnce) {
   EXPECT_TRUE(t.on_operation());
   EXPECT_FALSE(t.on_operation());
   EXPECT_TRUE(t.exhausted());
+}
+
+TEST(FaultSpec, NetFaultsNameWhatHappensToAnEndpointsConnection) {
+  for (auto [text, fault] :
+       {std::pair{"reject", NetFault::kReject}, std::pair{"TIMEOUT", NetFault::kTimeout},
+        std::pair{"drop", NetFault::kDrop}, std::pair{"Corrupt", NetFault::kCorrupt}}) {
+    const FaultRule r = one(std::string("net=") + text + ",on=ep:client,ops=2");
+    EXPECT_EQ(r.what, FaultWhat::kNet) << text;
+    EXPECT_EQ(r.net, fault) << text;
+    EXPECT_EQ(r.target.kind, FaultTargetKind::kEndpoint);
+    EXPECT_EQ(r.target.name, "client");
+    EXPECT_EQ(r.when, FaultWhen::kOps);
+    EXPECT_TRUE(same(one(format_fault_rule(r)), r)) << format_fault_rule(r);
+  }
+}
+
+TEST(FaultSpec, NetFaultsApplyToEndpointsOnlyAndExcludeEventAndError) {
+  EXPECT_TRUE(contains(rejected("net=drop"), "on=ep"));
+  EXPECT_TRUE(contains(rejected("net=drop,on=cq:0"), "on=ep"));
+  EXPECT_TRUE(contains(rejected("net=lose,on=ep:0"), "reject, timeout, drop, corrupt"));
+  EXPECT_TRUE(contains(rejected("net=drop,event=ep_fatal,on=ep:0"), "exclusive"));
+  EXPECT_TRUE(contains(rejected("net=drop,error=EIO,on=ep:0"), "exclusive"));
 }
 
 }  // namespace
