@@ -645,6 +645,7 @@ void Conn::on_ready(uint32_t events) {
 }
 
 void Conn::read_locked() {
+  bool drained = false;
   for (;;) {
     const State s = state();
     if (s == State::kClosed || s == State::kPending) return;
@@ -654,6 +655,9 @@ void Conn::read_locked() {
       return;
     }
     rpos_ = rlen_ = 0;
+    // A short read emptied the socket: asking again would only hear EAGAIN. What comes next is
+    // read at the next progress (epoll is level-triggered, so a waiter still hears of it).
+    if (drained) return;
     if (ctrl_.size() - ctrl_off_ > kCtrlBacklog) {
       want_write_locked(true);
       return;
@@ -687,6 +691,7 @@ void Conn::read_locked() {
       n = recv(fd_.get(), rbuf_.get(), kReadBuffer, MSG_DONTWAIT);
       if (n > 0) {
         rlen_ = static_cast<size_t>(n);
+        drained = rlen_ < kReadBuffer;
         continue;
       }
     }
@@ -1098,10 +1103,12 @@ int PassiveEp::setname(const void* addr, size_t len) {
 }
 
 void PassiveEp::on_ready(uint32_t) {
+  int listen_fd = -1;
   {
     // Connections that ended before they were reported leave now (through the engine, which
     // frees them once no readiness report of this round can name them).
     std::lock_guard lock(mu_);
+    listen_fd = fd_.get();
     for (auto it = incoming_.begin(); it != incoming_.end();) {
       const bool reported = std::any_of(handles_.begin(), handles_.end(),
                                         [c = it->get()](const auto& h) { return h->conn == c; });
