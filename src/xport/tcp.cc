@@ -1124,7 +1124,7 @@ void PassiveEp::on_ready(uint32_t) {
     sockaddr_in peer{};
     socklen_t len = sizeof(peer);
     core::UniqueFd fd(
-        accept4(fd_.get(), reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC));
+        accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd.valid()) return;
     auto conn = std::make_unique<Conn>(engine_, nullptr, std::move(fd), wire::kMaxCmData);
     Conn* c = conn.get();
