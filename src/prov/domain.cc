@@ -11,6 +11,7 @@
 #include "prov/getinfo.h"
 #include "prov/noop.h"
 #include "prov/provider.h"
+#include "prov/transport.h"
 #include "prov/wait_set.h"
 
 namespace fabq::prov {
@@ -96,9 +97,18 @@ Domain::Domain(Fabric* fabric, const fi_info& info, std::unique_ptr<core::AsyncC
   box_.fid.ops = &DomainOps::domain_ops_;
   box_.fid.mr = &DomainOps::mr_ops_;
   box_.owner = this;
+  // FI_PROGRESS_AUTO, when asked for: the transport's progress thread runs while the domain
+  // is open, as if a thread were always waiting (prov/transport.h).
+  const fi_domain_attr* a = info.domain_attr;
+  if (a != nullptr &&
+      (a->data_progress == FI_PROGRESS_AUTO || a->control_progress == FI_PROGRESS_AUTO)) {
+    auto_progress_ = fabric->transport();
+    auto_progress_->begin_wait();
+  }
 }
 
 Domain::~Domain() {
+  if (auto_progress_ != nullptr) auto_progress_->end_wait();
   if (eq_ != nullptr) eq_->release();
 }
 
