@@ -3,10 +3,13 @@
 // messages, truncation, cancel, selective completion, counters and the completion levels
 // FI_TRANSMIT_COMPLETE and FI_DELIVERY_COMPLETE. The parent process is the passive side and
 // receives; the peer connects and sends, unless a test says otherwise.
+#include <dirent.h>
 #include <signal.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #include <array>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,32 @@ void expect_recv(const Completion& c, void* ctx, size_t len, const void* buf,
   // fi_cq(3): buf is defined only for FI_MULTI_RECV buffers; otherwise it may be left NULL.
   EXPECT_TRUE(c.entry.buf == nullptr || c.entry.buf == buf) << "buf " << c.entry.buf;
 }
+// kill(SIGSTOP) returns before the target has stopped: waits until every thread of `pid` is
+// in state T (at most 2 s).
+bool wait_stopped(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  for (int i = 0; i < 2000; ++i) {
+    bool all = true;
+    if (DIR* d = opendir(dir.c_str())) {
+      while (dirent* e = readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        std::ifstream stat(dir + "/" + e->d_name + "/stat");
+        std::string line;
+        std::getline(stat, line);
+        const size_t paren = line.rfind(')');
+        if (paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'T') {
+          all = false;
+        }
+      }
+      closedir(d);
+    }
+    if (all) return true;
+    timespec ms{0, 1'000'000};
+    nanosleep(&ms, nullptr);
+  }
+  return false;
+}
+
 void expect_send(const Completion& c, void* ctx) {
   ASSERT_EQ(c.rc, 1) << cq_str(c);
   EXPECT_EQ(c.entry.op_context, ctx);
@@ -473,6 +502,7 @@ TEST(MsgData, TransmitCompleteSendCompletesOnlyOnceThePeerHasReceivedIt) {
   ASSERT_TRUE(c.dial(server.link()));
   ASSERT_TRUE(c.await(server.link(), 'r'));
   ASSERT_EQ(kill(server.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(wait_stopped(server.pid())) << "the peer did not stop";
   fi_context2 ctx;
   ASSERT_EQ(sendmsg_with(c, msg, &ctx, FI_TRANSMIT_COMPLETE), 0);
   EXPECT_TRUE(c.quiet_for(c.tx_cq(), 300))
