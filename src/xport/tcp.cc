@@ -239,6 +239,9 @@ void Engine::thread_main() {
     if (fds[1].revents & POLLIN) {
       [[maybe_unused]] ssize_t r = read(kick_fd_.get(), &drained, sizeof(drained));
     }
+    // The last waiter may have left while this thread slept: then the bytes are the
+    // application's to move (manual progress), not this thread's.
+    if (waiters_.load(std::memory_order_acquire) == 0) continue;
     {
       std::lock_guard lock(mu_);
       run_locked();

@@ -212,7 +212,11 @@ TEST(MsgProgress, ThreadBlockedInEqSreadWakesOnConnectedAtThePassiveSide) {
     Side c;
     if (!link.get_u64(&port) || !c.open_active(static_cast<uint16_t>(port))) return;
     ASSERT_EQ(c.connect(), 0);
-    if (!c.await(link, 'q') || !link.wait('g')) return;
+    if (!c.await(link, 'q')) return;
+    // From here on the client calls nothing of the provider until 'g', so nothing can move
+    // the server's accept along before the server's thread is asleep.
+    link.signal('Q');
+    if (!link.wait('g')) return;
     c.wait_connected();
     c.await(link, 'd');
   });
@@ -223,6 +227,7 @@ TEST(MsgProgress, ThreadBlockedInEqSreadWakesOnConnectedAtThePassiveSide) {
   fi_info* info = s.wait_connreq();
   ASSERT_NE(info, nullptr);
   client.link().signal('q');
+  ASSERT_TRUE(client.link().wait('Q'));
   ASSERT_TRUE(s.open_endpoint(info));
   ASSERT_EQ(fi_accept(s.ep(), nullptr, 0), 0);
 
