@@ -40,9 +40,9 @@ std::vector<PostedRecv> RecvQueue::take_all() {
 }
 
 bool RecvQueue::room_for(size_t len) const {
-  if (unexpected_.size() >= max_count_) return false;
-  // One message larger than the whole budget still gets through when nothing else is held.
-  return unexpected_bytes_ + len <= max_bytes_ || unexpected_.empty();
+  // A message larger than what is left waits in the kernel (and then at the sender) until a
+  // receive for it is posted: the peer's lengths never decide how much fabq allocates.
+  return unexpected_.size() < max_count_ && unexpected_bytes_ + len <= max_bytes_;
 }
 
 Unexpected* RecvQueue::add_unexpected(Endpoint* from, const Incoming& in) {
