@@ -1050,8 +1050,9 @@ const char kStep5[] = "== 5. Orderly shutdown: fi_shutdown, FI_SHUTDOWN, everyth
 
   // Step 4 is the server's alone; step 5: shut down.
   if (!s.follow() || !s.follow()) return false;
+  // Said before the call: the server may hear of it before this process could print.
+  s.say("fi_shutdown(endpoint): the client ends the connection");
   if ((rc = fi_shutdown(o.ep, 0)) != 0) return s.fail("fi_shutdown", rc);
-  s.say("fi_shutdown(endpoint) -> 0");
   std::string go;
   if (!s.hear("waiting for the server's FI_SHUTDOWN", &go)) return false;
   const std::string failed = o.close_all();
