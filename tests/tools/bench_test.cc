@@ -153,6 +153,111 @@ TEST(BenchMsgReport, LatencyRowsShowP50RangeAndP99InNsWithTheRatioToFabq) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The MSG targets, on synthetic rows: fabq against tcp-core.
+
+Summary row(const std::string& scenario, const std::string& provider, double median) {
+  Summary r;
+  r.scenario = scenario;
+  r.provider = provider;
+  r.measure = scenario.rfind("msg-pingpong/", 0) == 0 ? Measure::kLatencyNs : Measure::kNsPerEvent;
+  r.reps = 7;
+  r.median = r.min = r.max = r.p99 = median;
+  return r;
+}
+
+Summary failed_row(const std::string& scenario, const std::string& provider, const char* why) {
+  Summary r = row(scenario, provider, 0);
+  r.state = Sample::State::kFailed;
+  r.why = why;
+  return r;
+}
+
+// The targets line that begins with `title` after its verdict, or "" when there is none.
+std::string target_line(const std::string& targets, const std::string& title) {
+  std::istringstream in(targets);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("] " + title) != std::string::npos) return line;
+  }
+  return "";
+}
+
+const char* const kPingPong = "MSG ping-pong latency at most half of tcp-core's for 8 B-4 KiB";
+const char* const kRate = "MSG message rate above tcp-core's";
+
+TEST(BenchMsgTargets, PingPongIsMetOnlyWhenEverySizeIsAtMostHalfOfTcpCores) {
+  std::vector<Summary> rows;
+  for (const char* size : {"8", "64", "256", "1Ki", "4Ki"}) {
+    rows.push_back(row(std::string("msg-pingpong/") + size, "fabq", 5'000));
+    rows.push_back(row(std::string("msg-pingpong/") + size, "tcp-core", 10'000));
+  }
+  // Sizes above 4 KiB are not part of the target, however slow.
+  rows.push_back(row("msg-pingpong/64Ki", "fabq", 90'000));
+  rows.push_back(row("msg-pingpong/64Ki", "tcp-core", 60'000));
+  std::string line = target_line(format_targets(rows), kPingPong);
+  EXPECT_EQ(line.rfind("  [met] ", 0), 0u) << line;
+  EXPECT_NE(line.find("8 B 5000/10000, 64 B 5000/10000, 256 B 5000/10000, 1 KiB 5000/10000, "
+                      "4 KiB 5000/10000"),
+            std::string::npos)
+      << line;
+
+  rows[8].median = 9'000;  // 4 KiB: fabq 9 us against tcp-core's 10 us
+  line = target_line(format_targets(rows), kPingPong);
+  EXPECT_EQ(line.rfind("  [NOT met] ", 0), 0u) << line;
+  EXPECT_NE(line.find("4 KiB 9000/10000"), std::string::npos) << line;
+}
+
+TEST(BenchMsgTargets, RateIsMetOnlyWhenFabqTakesLessTimePerMessageAtEverySize) {
+  std::vector<Summary> rows = {
+      row("msg-rate/8", "fabq", 400),
+      row("msg-rate/8", "tcp-core", 900),
+      row("msg-rate/1Mi", "fabq", 2e5),
+      row("msg-rate/1Mi", "tcp-core", 3e5),
+  };
+  std::string line = target_line(format_targets(rows), kRate);
+  EXPECT_EQ(line.rfind("  [met] ", 0), 0u) << line;
+  EXPECT_NE(line.find("8 B 400/900, 1 MiB 200000/300000"), std::string::npos) << line;
+
+  rows[2].median = 3e5;  // equal is not above
+  line = target_line(format_targets(rows), kRate);
+  EXPECT_EQ(line.rfind("  [NOT met] ", 0), 0u) << line;
+}
+
+TEST(BenchMsgTargets, AFailedFabqGivesNotApplicableWithItsReason) {
+  const std::vector<Summary> rows = {
+      failed_row("msg-pingpong/8", "fabq", "server: fi_passive_ep returned -38"),
+      row("msg-pingpong/8", "tcp-core", 10'000),
+      failed_row("msg-rate/8", "fabq", "server: fi_passive_ep returned -38"),
+      row("msg-rate/8", "tcp-core", 900),
+  };
+  const std::string targets = format_targets(rows);
+  for (const char* title : {kPingPong, kRate}) {
+    const std::string line = target_line(targets, title);
+    EXPECT_EQ(line.rfind("  [n/a] ", 0), 0u) << line;
+    EXPECT_NE(line.find("no figure from fabq"), std::string::npos) << line;
+    EXPECT_NE(line.find("fi_passive_ep returned -38"), std::string::npos) << line;
+  }
+}
+
+TEST(BenchMsgTargets, SomeSizesWithoutAFigureMeanNotMet) {
+  const std::vector<Summary> rows = {
+      row("msg-rate/8", "fabq", 400),
+      row("msg-rate/8", "tcp-core", 900),
+      row("msg-rate/64", "fabq", 400),
+      failed_row("msg-rate/64", "tcp-core", "client: no completion within 2000 ms"),
+  };
+  const std::string line = target_line(format_targets(rows), kRate);
+  EXPECT_EQ(line.rfind("  [NOT met] ", 0), 0u) << line;
+  EXPECT_NE(line.find("no figure from tcp-core for msg-rate/64"), std::string::npos) << line;
+}
+
+TEST(BenchMsgTargets, ARunWithoutMsgScenariosHasNoMsgTargetLines) {
+  const std::vector<Summary> rows = {row("eq-pair/none", "fabq", 10)};
+  const std::string targets = format_targets(rows);
+  EXPECT_EQ(target_line(targets, kPingPong), "") << targets;
+  EXPECT_EQ(target_line(targets, kRate), "") << targets;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The MSG scenarios' messages: what a sender stamps, the receiver's check accepts; anything
 // else it refuses, saying where.
 

@@ -14,6 +14,7 @@
 
 #include "fabq/version.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/msg.h"
 
 namespace fabq::tools::bench {
 namespace {
@@ -247,6 +248,38 @@ bool write_plot(const std::string& dir, const std::vector<Summary>& rows) {
   return true;
 }
 
+// One MSG target over the sizes of `prefix` (e.g. "msg-pingpong/") that this run has: met when
+// fabq's and tcp-core's figures meet `meets` at every one of them; n/a when no size has both.
+template <typename Line>
+void msg_target(const std::vector<Summary>& rows, const std::string& prefix,
+                std::initializer_list<size_t> sizes, const std::string& title,
+                const char* figures_are, bool (*meets)(double fabq, double tcp), Line line) {
+  int run = 0, compared = 0, good = 0;
+  std::string figures, missing;
+  for (const size_t size : sizes) {
+    const std::string scenario = prefix + msg_size_name(size);
+    const Summary* f = find(rows, scenario, "fabq");
+    const Summary* t = find(rows, scenario, "tcp-core");
+    if (f == nullptr && t == nullptr) continue;  // not chosen in this run
+    ++run;
+    if (!ok(f) || !ok(t)) {
+      const Summary* bad = !ok(f) ? f : t;
+      if (missing.empty()) {
+        missing = "; no figure from " + std::string(!ok(f) ? "fabq" : "tcp-core") + " for " +
+                  scenario + (bad != nullptr && !bad->why.empty() ? " (" + bad->why + ")" : "");
+      }
+      continue;
+    }
+    ++compared;
+    if (meets(f->median, t->median)) ++good;
+    figures += fmt("%s %s %.0f/%.0f", compared == 1 ? "" : ",", msg_size_label(size).c_str(),
+                   f->median, t->median);
+  }
+  if (run == 0) return;
+  line(compared > 0, compared > 0 && good == run,
+       title + (compared > 0 ? " (" + std::string(figures_are) + "):" + figures : "") + missing);
+}
+
 }  // namespace
 
 std::string format_table(const std::vector<Summary>& rows, const RunInfo& run) {
@@ -347,6 +380,14 @@ std::string format_targets(const std::vector<Summary>& rows) {
     if (!ok(f)) continue;
     line(true, f->median <= 10'000, fmt("%s p50 <= 10 us: fabq %.2f us", s, f->median / 1e3));
   }
+  // MSG: fabq against tcp-core, libfabric's own TCP MSG provider.
+  msg_target(
+      rows, "msg-pingpong/", {8, 64, 256, 1 << 10, 4 << 10},
+      "MSG ping-pong latency at most half of tcp-core's for 8 B-4 KiB",
+      "one-way p50 ns, fabq/tcp-core", [](double f, double t) { return f <= t / 2; }, line);
+  msg_target(
+      rows, "msg-rate/", {8, 64, 4 << 10, 64 << 10, 1 << 20}, "MSG message rate above tcp-core's",
+      "ns per message, fabq/tcp-core", [](double f, double t) { return f < t; }, line);
   // No heap allocation per event in the steady state.
   {
     int counted = 0, clean = 0;
