@@ -399,14 +399,15 @@ class Peer {
    public:
     explicit Spin(Peer* p) : p_(p) {}
     // False (after stopped() or fail()) when the wait must end; the failure reads
-    // "<what><then> within <timeout> ms".
+    // "<what><then> within <timeout> ms (<the side's state>)".
     bool again(const char* what, const char* then = "") {
       if (++spins_ % kSpinCheck != 0) return true;  // the clock costs more than a poll
       if (p_->link_->stop.load(std::memory_order_relaxed)) return p_->stopped();
       const int64_t t = now_ns();
       if (start_ == 0) start_ = t;
       if (t - start_ > p_->timeout_ns_) {
-        return p_->fail(fmt("%s%s within %d ms", what, then, p_->link_->o.timeout_ms));
+        return p_->fail(fmt("%s%s within %d ms", what, then, p_->link_->o.timeout_ms) +
+                        p_->state());
       }
       return true;
     }
@@ -417,10 +418,21 @@ class Peer {
     int64_t start_ = 0;
   };
 
+  // Where this side stands, for a failure reason: what completed and what is outstanding.
+  std::string state() const {
+    if (!tx_ || !rx_) return "";
+    size_t sends_out = 0, recvs_out = 0;
+    for (size_t i = 0; i < tx_->count(); ++i) sends_out += tx_->posted(i);
+    for (size_t i = 0; i < rx_->count(); ++i) recvs_out += rx_->posted(i);
+    return fmt(" (%llu sends and %llu receives completed; %zu sends and %zu receives posted)",
+               static_cast<unsigned long long>(sends_done_),
+               static_cast<unsigned long long>(recvs_done_), sends_out, recvs_out);
+  }
+
   bool stopped() {
     if (out_.state == Sample::State::kOk) {
       out_.state = Sample::State::kFailed;
-      out_.why = role_ + ": stopped, the other side failed";
+      out_.why = role_ + ": stopped, the other side failed" + state();
       out_.stopped = true;
     }
     return false;
@@ -693,6 +705,7 @@ class Peer {
       }
       tx_->set_posted(s, false);
       tx_->give(s);
+      ++sends_done_;
       return true;
     }
     if (const size_t s = rx_->find(e.op_context); s != kNone) {
@@ -703,6 +716,7 @@ class Peer {
       // At most one entry per receive buffer, so the ring never overflows.
       rx_->set_posted(s, false);
       pending_[(pending_head_ + pending_count_++) % pending_.size()] = {s, e.len};
+      ++recvs_done_;
       return true;
     }
     return fail(fmt("a completion with context %p, which no operation carried (flags 0x%llx)",
@@ -715,6 +729,7 @@ class Peer {
   const int64_t timeout_ns_;
   Outcome out_;
   int barriers_ = 0;
+  uint64_t sends_done_ = 0, recvs_done_ = 0;  // completions so far, for the failure reasons
   std::optional<Slots> tx_, rx_;
   // Completed receives not yet taken: a ring of one entry per receive buffer, allocated at
   // setup, so sorting completions never allocates.
@@ -815,6 +830,9 @@ Sample run_connected(const MsgFormat& f, const Provider& p, const Options& o, co
   if (first != nullptr) {
     r.state = first->state;
     r.why = first->why;
+    // Where the other side stood tells a stalled provider from a side that stopped polling.
+    const Outcome* other = first == &s_out ? &c_out : &s_out;
+    if (other->stopped) r.why += "; " + other->why;
   }
   return r;
 }
