@@ -201,19 +201,34 @@ bool write_plot(const std::string& dir, const std::vector<Summary>& rows) {
       {"bench-msg-latency.dat", Measure::kLatencyNs, false, "MSG one-way latency, p50",
        "microseconds", "[0.1:*]"},
   };
-  // A panel without data would stop gnuplot: only the measures this run has get one.
-  std::vector<const Panel*> panels;
+  // gnuplot stops at a histogram column without a valid point: a panel shows the providers
+  // with a figure in it (fabq has none in the MSG panels until its transport lands), and
+  // only the measures that have one get a panel. Each provider keeps its line type, so its
+  // colour is the same in every panel.
+  struct Shown {
+    const Panel* panel;
+    std::vector<size_t> columns;  // indexes into `providers`
+  };
+  std::vector<Shown> panels;
   for (const Panel& panel : all_panels) {
-    bool any = false;
-    for (const Summary& r : rows) any = any || r.measure == panel.measure;
-    if (!any) continue;
-    if (!write_file(dir + "/" + panel.file, plot_data(rows, providers, panel.measure, panel.p99))) {
+    Shown shown{&panel, {}};
+    for (size_t p = 0; p < providers.size(); ++p) {
+      for (const Summary& r : rows) {
+        if (r.measure == panel.measure && r.provider == providers[p] && ok(&r)) {
+          shown.columns.push_back(p);
+          break;
+        }
+      }
+    }
+    if (shown.columns.empty()) continue;
+    std::vector<std::string> names;
+    for (const size_t p : shown.columns) names.push_back(providers[p]);
+    if (!write_file(dir + "/" + panel.file, plot_data(rows, names, panel.measure, panel.p99))) {
       return false;
     }
-    panels.push_back(&panel);
+    panels.push_back(std::move(shown));
   }
   if (panels.empty()) return true;
-  const size_t n = providers.size() + 1;
   std::string gp;
   gp += fmt("set terminal svg size 1400,%zu dynamic background rgb 'white' font 'sans,12'\n",
             500 * panels.size());
@@ -226,11 +241,16 @@ bool write_plot(const std::string& dir, const std::vector<Summary>& rows) {
   gp += "set style fill solid 0.85 border -1\nset boxwidth 0.9\nset logscale y\n";
   gp += "set grid ytics\nset key outside right top\nset xtics rotate by 30 right noenhanced\n";
   gp += "set key noenhanced\n";
-  for (const Panel* panel : panels) {
+  for (const Shown& shown : panels) {
+    const Panel* panel = shown.panel;
     gp += std::string("set title '") + panel->title + "'\nset ylabel '" + panel->ylabel +
           "'\nset yrange " + panel->yrange + "\n";
-    gp +=
-        fmt("plot for [i=2:%zu] '", n) + panel->file + "' using i:xtic(1) title columnheader(i)\n";
+    gp += "plot";
+    for (size_t c = 0; c < shown.columns.size(); ++c) {
+      gp += fmt("%s '%s' using %zu%s title columnheader(%zu) lt %zu", c == 0 ? "" : ",",
+                panel->file, c + 2, c == 0 ? ":xtic(1)" : "", c + 2, shown.columns[c] + 1);
+    }
+    gp += "\n";
   }
   gp += "unset multiplot\n";
   const std::string script = dir + "/bench.gp";
