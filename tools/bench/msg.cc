@@ -204,6 +204,7 @@ struct Outcome {
   Sample::State state = Sample::State::kOk;
   std::string why;
   bool stopped = false;  // it failed only because the other side had
+  std::string detail;    // when stopped: its sends and receives then, if it had any
   int order = 0;         // among the failures of the two sides, 0 first
 };
 
@@ -432,7 +433,8 @@ class Peer {
   bool stopped() {
     if (out_.state == Sample::State::kOk) {
       out_.state = Sample::State::kFailed;
-      out_.why = role_ + ": stopped, the other side failed" + state();
+      out_.detail = state();
+      out_.why = role_ + ": stopped, the other side failed" + out_.detail;
       out_.stopped = true;
     }
     return false;
@@ -832,7 +834,7 @@ Sample run_connected(const MsgFormat& f, const Provider& p, const Options& o, co
     r.why = first->why;
     // Where the other side stood tells a stalled provider from a side that stopped polling.
     const Outcome* other = first == &s_out ? &c_out : &s_out;
-    if (other->stopped) r.why += "; " + other->why;
+    if (other->stopped && !other->detail.empty()) r.why += "; " + other->why;
   }
   return r;
 }
