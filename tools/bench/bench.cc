@@ -48,14 +48,19 @@ void usage(FILE* out) {
   for (const ProviderSpec& p : bench::known_providers()) std::fprintf(out, "%s ", p.name.c_str());
   std::fprintf(out,
                "\n"
-               "  --scenarios LIST   comma-separated names or prefixes ending before a '/' or\n"
-               "                     '-' (default: all): 'eq-wake' selects eq-wake/<wait\n"
-               "                     object> and eq-wake-idle/..., 'eq' every EQ scenario\n"
+               "  --scenarios LIST   comma-separated names or prefixes ending before or at a\n"
+               "                     '/' or '-' (default: all): 'eq-wake' selects\n"
+               "                     eq-wake/<wait object> and eq-wake-idle/..., 'eq' every EQ\n"
+               "                     scenario, 'msg' (or 'msg-') every MSG scenario, and\n"
+               "                     'msg-pingpong' the ping-pong at every size\n"
                "  --reps N           repetitions per scenario and provider (default 7)\n"
                "  --gap-us N         writer's pause before each wake-up (default 5)\n"
                "  --quick            smaller samples and 2 repetitions (a smoke run)\n"
                "  --out DIR          also write bench.txt, .csv, .json and bench.svg to DIR\n"
-               "  --list             list scenarios and providers, then exit\n");
+               "  --list             list the chosen scenarios and the providers, then exit\n"
+               "\n"
+               "The MSG scenarios (msg-*) connect two FI_EP_MSG endpoints over TCP on\n"
+               "127.0.0.1, one per thread; they run on fabq, tcp-core and sockets.\n");
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -71,10 +76,15 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+// A selector picks a name it equals, or begins at a '/' or '-' boundary: 'eq-wake' picks
+// eq-wake/fd and eq-wake-idle/fd, not eq-wakeful; 'msg-' (ending in one) picks msg-rate/8.
 bool selects(const std::string& selector, const std::string& name) {
-  return name == selector ||
-         (name.size() > selector.size() && name.compare(0, selector.size(), selector) == 0 &&
-          (name[selector.size()] == '/' || name[selector.size()] == '-'));
+  if (name.size() <= selector.size() || name.compare(0, selector.size(), selector) != 0) {
+    return name == selector;
+  }
+  const char last = selector.empty() ? '\0' : selector.back();
+  const char next = name[selector.size()];
+  return last == '/' || last == '-' || next == '/' || next == '-';
 }
 
 bool parse_count(const char* s, long min, long max, long* out) {
@@ -153,6 +163,9 @@ int run_bench(int argc, char** argv) {
     options.bursts = 100;
     options.wakes = 100;
     options.idle_gap_ns = 150'000;
+    options.msg_round_trips = 200;
+    options.msg_messages = 2'000;
+    options.msg_bytes = 4ULL << 20;
     reps = std::min(reps, 2);
   }
 
@@ -184,8 +197,8 @@ int run_bench(int argc, char** argv) {
   }
   if (list) {
     std::printf("scenarios:\n");
-    for (const Scenario& s : bench::all_scenarios()) {
-      std::printf("  %-22s %s\n", s.name.c_str(), s.summary.c_str());
+    for (const Scenario* s : scenarios) {
+      std::printf("  %-22s %s\n", s->name.c_str(), s->summary.c_str());
     }
     std::printf("providers:\n");
     for (const ProviderSpec& p : bench::known_providers()) {

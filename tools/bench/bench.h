@@ -2,9 +2,10 @@
 // own providers in one run, interleaved, with ratios to fabq.
 //
 // Layout: providers.cc opens a provider's fabric and domain by name; scenarios.cc holds the
-// scenarios, each validating everything it reads; isolate.cc runs one provider's scenarios in
-// a child process; stats.cc reduces samples; report.cc prints the table and writes CSV, JSON
-// and the gnuplot plot; bench.cc parses options and interleaves the providers.
+// queue scenarios, each validating everything it reads; msg.cc (msg.h) the scenarios over
+// FI_EP_MSG connections; isolate.cc runs one provider's scenarios in a child process; stats.cc
+// reduces samples; report.cc prints the table and writes CSV, JSON and the gnuplot plot;
+// bench.cc parses options and interleaves the providers.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -60,12 +61,21 @@ struct Options {
   int64_t gap_ns = 5'000;         // writer's pause between "reader is blocking" and the wake
   int64_t idle_gap_ns = 200'000;  // the same for the *-idle scenarios: the reader is asleep
   int timeout_ms = 2'000;         // a blocking call longer than this is a lost wake-up
+  // MSG scenarios. Each sample moves at most msg_bytes per direction, which sets the counts
+  // of the large sizes; a wait for one completion or CM event longer than timeout_ms fails.
+  // Sized so one repetition of them all takes seconds: tcp-core 5 s, sockets 11 s on a
+  // loaded two-core machine.
+  uint64_t msg_round_trips = 1'000;  // timed round trips per msg-pingpong sample
+  uint64_t msg_messages = 10'000;    // timed messages per msg-rate / msg-comp-rate sample
+  uint64_t msg_bytes = 64ULL << 20;
+  uint64_t msg_window = 64;  // sends in flight in msg-rate and msg-comp-rate (as fi_msg_bw)
 };
 
 // How a scenario's figure reads.
 enum class Measure {
   kNsPerEvent,  // throughput: wall time per event, lower is better
   kWakeNs,      // latency from the wake call to the blocked reader's return: p50 (and p99)
+  kLatencyNs,   // one-way message latency (round trip / 2): p50 (and p99) over the round trips
 };
 
 // One run of a scenario on a provider.
@@ -73,8 +83,8 @@ struct Sample {
   enum class State { kOk, kUnsupported, kFailed };
   State state = State::kOk;
   std::string why;         // for kUnsupported / kFailed
-  double value = 0;        // ns per event, or p50 wake latency in ns
-  double p99 = 0;          // wake scenarios: p99 latency in ns
+  double value = 0;        // ns per event, or p50 latency in ns
+  double p99 = 0;          // latency scenarios: p99 latency in ns
   double allocs = 0;       // heap allocations per event in the timed part (-1: not counted)
   double reader_cpu = -1;  // wake scenarios: the blocked reader's CPU time / wall time
 };
@@ -84,7 +94,8 @@ struct Scenario {
   std::string summary;  // one line for the report
   Measure measure;
   Sample (*run)(const Scenario&, const Provider&, const Options&);
-  int wait_obj;  // enum fi_wait_obj the queue is opened with
+  int wait_obj;         // enum fi_wait_obj the queue is opened with
+  size_t msg_size = 0;  // MSG scenarios: bytes per message
 };
 
 // Runs scenarios[i] for each i in `todo`, in that order, on `spec` in a child process, and
@@ -94,7 +105,7 @@ void run_isolated(const ProviderSpec& spec, const std::vector<const Scenario*>& 
                   std::vector<size_t> todo, const Options& o, int hang_ms,
                   std::vector<Sample>* out);
 
-// Every scenario, in report order.
+// Every scenario, in report order: the queue scenarios, then the MSG ones.
 const std::vector<Scenario>& all_scenarios();
 
 // Heap allocations so far in this process, or -1 when the build does not count them.

@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <sstream>
 #include <thread>
 
 #include "fabq/version.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/msg.h"
 
 namespace fabq::tools::bench {
 namespace {
@@ -33,15 +35,41 @@ const char* unit(Measure m) {
   return m == Measure::kNsPerEvent ? "ns/event" : "ns";
 }
 
+// Whether a scenario's figure is a latency with a p99 beside its p50.
+bool has_p99(Measure m) {
+  return m == Measure::kWakeNs || m == Measure::kLatencyNs;
+}
+
 std::string fmt(const char* f, auto... args) {
   char buf[256];
   std::snprintf(buf, sizeof(buf), f, args...);
   return buf;
 }
 
-// Throughput in ns with one decimal; latencies in µs with two.
+// Throughput in ns with one decimal; wake latencies in µs with two; message latencies in whole
+// ns (they run from µs to ms, and the MSG targets compare them in ns).
 std::string figure(Measure m, double ns) {
-  return m == Measure::kNsPerEvent ? fmt("%.1f ns", ns) : fmt("%.2f us", ns / 1000);
+  switch (m) {
+    case Measure::kNsPerEvent:
+      return fmt("%.1f ns", ns);
+    case Measure::kWakeNs:
+      return fmt("%.2f us", ns / 1000);
+    case Measure::kLatencyNs:
+      return fmt("%.0f ns", ns);
+  }
+  return "?";
+}
+
+std::string figure_range(Measure m, double lo, double hi) {
+  switch (m) {
+    case Measure::kNsPerEvent:
+      return fmt("%.1f-%.1f", lo, hi);
+    case Measure::kWakeNs:
+      return fmt("%.2f-%.2f", lo / 1e3, hi / 1e3);
+    case Measure::kLatencyNs:
+      return fmt("%.0f-%.0f", lo, hi);
+  }
+  return "?";
 }
 
 std::string read_first_line(const char* path, const char* prefix = nullptr) {
@@ -139,7 +167,7 @@ std::string plot_data(const std::vector<Summary>& rows, const std::vector<std::s
     out += s;
     for (const std::string& p : providers) {
       const Summary* r = find(rows, s, p);
-      const double v = !ok(r) ? 0 : (p99 ? r->p99 : r->median) / (m == Measure::kWakeNs ? 1e3 : 1);
+      const double v = !ok(r) ? 0 : (p99 ? r->p99 : r->median) / (has_p99(m) ? 1e3 : 1);
       out += ok(r) ? fmt(" %.4g", v) : " NaN";
     }
     out += "\n";
@@ -155,39 +183,74 @@ bool write_plot(const std::string& dir, const std::vector<Summary>& rows) {
     if (!seen) providers.push_back(r.provider);
   }
   // File names relative to `dir`: gnuplot runs there, so the script works wherever it is.
-  const std::string through = "bench-throughput.dat";
-  const std::string p50 = "bench-wake-p50.dat";
-  const std::string p99 = "bench-wake-p99.dat";
-  if (!write_file(dir + "/" + through, plot_data(rows, providers, Measure::kNsPerEvent, false)) ||
-      !write_file(dir + "/" + p50, plot_data(rows, providers, Measure::kWakeNs, false)) ||
-      !write_file(dir + "/" + p99, plot_data(rows, providers, Measure::kWakeNs, true))) {
-    return false;
+  struct Panel {
+    const char* file;
+    Measure measure;
+    bool p99;
+    const char* title;
+    const char* ylabel;
+    const char* yrange;
+  };
+  static const Panel all_panels[] = {
+      {"bench-throughput.dat", Measure::kNsPerEvent, false, "Throughput: time per event",
+       "ns per event", "[1:*]"},
+      {"bench-wake-p50.dat", Measure::kWakeNs, false, "Wake latency, p50", "microseconds",
+       "[0.1:*]"},
+      {"bench-wake-p99.dat", Measure::kWakeNs, true, "Wake latency, p99", "microseconds",
+       "[0.1:*]"},
+      {"bench-msg-latency.dat", Measure::kLatencyNs, false, "MSG one-way latency, p50",
+       "microseconds", "[0.1:*]"},
+  };
+  // gnuplot stops at a histogram column without a valid point: a panel shows the providers
+  // with a figure in it (fabq has none in the MSG panels until its transport lands), and
+  // only the measures that have one get a panel. Each provider keeps its line type, so its
+  // colour is the same in every panel.
+  struct Shown {
+    const Panel* panel;
+    std::vector<size_t> columns;  // indexes into `providers`
+  };
+  std::vector<Shown> panels;
+  for (const Panel& panel : all_panels) {
+    Shown shown{&panel, {}};
+    for (size_t p = 0; p < providers.size(); ++p) {
+      for (const Summary& r : rows) {
+        if (r.measure == panel.measure && r.provider == providers[p] && ok(&r)) {
+          shown.columns.push_back(p);
+          break;
+        }
+      }
+    }
+    if (shown.columns.empty()) continue;
+    std::vector<std::string> names;
+    for (const size_t p : shown.columns) names.push_back(providers[p]);
+    if (!write_file(dir + "/" + panel.file, plot_data(rows, names, panel.measure, panel.p99))) {
+      return false;
+    }
+    panels.push_back(std::move(shown));
   }
-  const size_t n = providers.size() + 1;
+  if (panels.empty()) return true;
   std::string gp;
-  gp += "set terminal svg size 1400,1500 dynamic background rgb 'white' font 'sans,12'\n";
+  gp += fmt("set terminal svg size 1400,%zu dynamic background rgb 'white' font 'sans,12'\n",
+            500 * panels.size());
   gp += "set output 'bench.svg'\n";
   gp +=
-      "set multiplot layout 3,1 title 'fabq bench: fabq against libfabric providers "
-      "(medians, log scale, lower is better)'\n";
+      fmt("set multiplot layout %zu,1 title 'fabq bench: fabq against libfabric providers "
+          "(medians, log scale, lower is better)'\n",
+          panels.size());
   gp += "set style data histograms\nset style histogram clustered gap 1\n";
   gp += "set style fill solid 0.85 border -1\nset boxwidth 0.9\nset logscale y\n";
   gp += "set grid ytics\nset key outside right top\nset xtics rotate by 30 right noenhanced\n";
   gp += "set key noenhanced\n";
-  const struct {
-    const std::string& file;
-    const char* title;
-    const char* ylabel;
-    const char* yrange;
-  } panels[] = {
-      {through, "Throughput: time per event", "ns per event", "[1:*]"},
-      {p50, "Wake latency, p50", "microseconds", "[0.1:*]"},
-      {p99, "Wake latency, p99", "microseconds", "[0.1:*]"},
-  };
-  for (const auto& panel : panels) {
-    gp += std::string("set title '") + panel.title + "'\nset ylabel '" + panel.ylabel +
-          "'\nset yrange " + panel.yrange + "\n";
-    gp += fmt("plot for [i=2:%zu] '", n) + panel.file + "' using i:xtic(1) title columnheader(i)\n";
+  for (const Shown& shown : panels) {
+    const Panel* panel = shown.panel;
+    gp += std::string("set title '") + panel->title + "'\nset ylabel '" + panel->ylabel +
+          "'\nset yrange " + panel->yrange + "\n";
+    gp += "plot";
+    for (size_t c = 0; c < shown.columns.size(); ++c) {
+      gp += fmt("%s '%s' using %zu%s title columnheader(%zu) lt %zu", c == 0 ? "" : ",",
+                panel->file, c + 2, c == 0 ? ":xtic(1)" : "", c + 2, shown.columns[c] + 1);
+    }
+    gp += "\n";
   }
   gp += "unset multiplot\n";
   const std::string script = dir + "/bench.gp";
@@ -203,6 +266,38 @@ bool write_plot(const std::string& dir, const std::vector<Summary>& rows) {
     return false;
   }
   return true;
+}
+
+// One MSG target over the sizes of `prefix` (e.g. "msg-pingpong/") that this run has: met when
+// fabq's and tcp-core's figures meet `meets` at every one of them; n/a when no size has both.
+template <typename Line>
+void msg_target(const std::vector<Summary>& rows, const std::string& prefix,
+                std::initializer_list<size_t> sizes, const std::string& title,
+                const char* figures_are, bool (*meets)(double fabq, double tcp), Line line) {
+  int run = 0, compared = 0, good = 0;
+  std::string figures, missing;
+  for (const size_t size : sizes) {
+    const std::string scenario = prefix + msg_size_name(size);
+    const Summary* f = find(rows, scenario, "fabq");
+    const Summary* t = find(rows, scenario, "tcp-core");
+    if (f == nullptr && t == nullptr) continue;  // not chosen in this run
+    ++run;
+    if (!ok(f) || !ok(t)) {
+      const Summary* bad = !ok(f) ? f : t;
+      if (missing.empty()) {
+        missing = "; no figure from " + std::string(!ok(f) ? "fabq" : "tcp-core") + " for " +
+                  scenario + (bad != nullptr && !bad->why.empty() ? " (" + bad->why + ")" : "");
+      }
+      continue;
+    }
+    ++compared;
+    if (meets(f->median, t->median)) ++good;
+    figures += fmt("%s %s %.0f/%.0f", compared == 1 ? "" : ",", msg_size_label(size).c_str(),
+                   f->median, t->median);
+  }
+  if (run == 0) return;
+  line(compared > 0, compared > 0 && good == run,
+       title + (compared > 0 ? " (" + std::string(figures_are) + "):" + figures : "") + missing);
 }
 
 }  // namespace
@@ -230,6 +325,9 @@ std::string format_table(const std::vector<Summary>& rows, const RunInfo& run) {
       out << "\n" << r.scenario << ": " << summary << "\n";
       if (r.measure == Measure::kNsPerEvent) {
         out << fmt("  %-9s %-28s %10s %8s\n", "provider", "ns per event", "allocs/ev", "x fabq");
+      } else if (r.measure == Measure::kLatencyNs) {
+        out << fmt("  %-9s %-28s %10s %10s %8s\n", "provider", "one-way p50", "p99", "allocs/msg",
+                   "x fabq");
       } else {
         out << fmt("  %-9s %-28s %10s %10s %10s %8s\n", "provider", "p50 wake", "p99", "reader cpu",
                    "allocs/ev", "x fabq");
@@ -242,15 +340,15 @@ std::string format_table(const std::vector<Summary>& rows, const RunInfo& run) {
       continue;
     }
     const std::string fig =
-        figure(r.measure, r.median) + " (" +
-        (r.measure == Measure::kNsPerEvent ? fmt("%.1f-%.1f", r.min, r.max)
-                                           : fmt("%.2f-%.2f", r.min / 1e3, r.max / 1e3)) +
-        ")";
+        figure(r.measure, r.median) + " (" + figure_range(r.measure, r.min, r.max) + ")";
     const std::string allocs = r.allocs < 0 ? "n/a" : fmt("%.2f", r.allocs);
     const std::string ratio = r.ratio > 0 ? fmt("%.2f", r.ratio) : "-";
     if (r.measure == Measure::kNsPerEvent) {
       out << fmt("  %-9s %-28s %10s %8s\n", r.provider.c_str(), fig.c_str(), allocs.c_str(),
                  ratio.c_str());
+    } else if (r.measure == Measure::kLatencyNs) {
+      out << fmt("  %-9s %-28s %10s %10s %8s\n", r.provider.c_str(), fig.c_str(),
+                 figure(r.measure, r.p99).c_str(), allocs.c_str(), ratio.c_str());
     } else {
       const std::string cpu = r.reader_cpu < 0 ? "-" : fmt("%.0f%%", r.reader_cpu * 100);
       out << fmt("  %-9s %-28s %10s %10s %10s %8s\n", r.provider.c_str(), fig.c_str(),
@@ -302,6 +400,14 @@ std::string format_targets(const std::vector<Summary>& rows) {
     if (!ok(f)) continue;
     line(true, f->median <= 10'000, fmt("%s p50 <= 10 us: fabq %.2f us", s, f->median / 1e3));
   }
+  // MSG: fabq against tcp-core, libfabric's own TCP MSG provider.
+  msg_target(
+      rows, "msg-pingpong/", {8, 64, 256, 1 << 10, 4 << 10},
+      "MSG ping-pong latency at most half of tcp-core's for 8 B-4 KiB",
+      "one-way p50 ns, fabq/tcp-core", [](double f, double t) { return f <= t / 2; }, line);
+  msg_target(
+      rows, "msg-rate/", {8, 64, 4 << 10, 64 << 10, 1 << 20}, "MSG message rate above tcp-core's",
+      "ns per message, fabq/tcp-core", [](double f, double t) { return f < t; }, line);
   // No heap allocation per event in the steady state.
   {
     int counted = 0, clean = 0;
@@ -336,7 +442,7 @@ bool write_reports(const std::string& dir, const std::vector<Summary>& rows, con
     csv += csv_field(r.scenario) + "," + r.provider + "," + state_name(r.state) + "," +
            unit(r.measure) + "," + std::to_string(r.reps) + "," +
            (good ? fmt("%.3f,%.3f,%.3f", r.median, r.min, r.max) : ",,") + "," +
-           (good && r.measure == Measure::kWakeNs ? fmt("%.3f", r.p99) : "") + "," +
+           (good && has_p99(r.measure) ? fmt("%.3f", r.p99) : "") + "," +
            (good && r.reader_cpu >= 0 ? fmt("%.3f", r.reader_cpu) : "") + "," +
            (good && r.allocs >= 0 ? fmt("%.4f", r.allocs) : "") + "," +
            (r.ratio > 0 ? fmt("%.3f", r.ratio) : "") + "," + csv_field(r.why) + "\n";
@@ -362,7 +468,7 @@ bool write_reports(const std::string& dir, const std::vector<Summary>& rows, con
     if (r.state == Sample::State::kOk) {
       json += fmt(", \"reps\": %zu, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f", r.reps,
                   r.median, r.min, r.max);
-      if (r.measure == Measure::kWakeNs) json += fmt(", \"p99\": %.3f", r.p99);
+      if (has_p99(r.measure)) json += fmt(", \"p99\": %.3f", r.p99);
       if (r.reader_cpu >= 0) json += fmt(", \"reader_cpu\": %.3f", r.reader_cpu);
       if (r.allocs >= 0) json += fmt(", \"allocs_per_event\": %.4f", r.allocs);
       if (r.ratio > 0) json += fmt(", \"ratio_to_fabq\": %.3f", r.ratio);

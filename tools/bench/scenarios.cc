@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "tools/bench/bench.h"
+#include "tools/bench/msg.h"
 
 namespace fabq::tools::bench {
 namespace {
@@ -476,9 +477,8 @@ Sample cntr_wake(const Scenario& sc, const Provider& p, const Options& o) {
   return run_wake(o, o.gap_ns, o.wakes, w);
 }
 
-}  // namespace
-
-const std::vector<Scenario>& all_scenarios() {
+// The scenarios of this file: EQ, CQ and counter operations, no connection.
+const std::vector<Scenario>& queue_scenarios() {
   using M = Measure;
   static const std::vector<Scenario> all = {
       {"eq-pair/none", "fi_eq_write + fi_eq_read, one thread, EQ without wait object",
@@ -522,6 +522,17 @@ const std::vector<Scenario>& all_scenarios() {
       {"cntr-wake/yield", "fi_cntr_add wakes a reader blocked in fi_cntr_wait", M::kWakeNs,
        cntr_wake, FI_WAIT_YIELD},
   };
+  return all;
+}
+
+}  // namespace
+
+const std::vector<Scenario>& all_scenarios() {
+  static const std::vector<Scenario> all = [] {
+    std::vector<Scenario> v = queue_scenarios();
+    v.insert(v.end(), msg_scenarios().begin(), msg_scenarios().end());
+    return v;
+  }();
   return all;
 }
 
