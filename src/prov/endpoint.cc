@@ -631,7 +631,7 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
           if (r.flags & FI_DISCARD) {
             if (u->in.ack == AckWanted::kDelivered) ack_seq = u->in.seq, ack_conn = conn_.get();
             queue_.remove(u);
-            resume = conn_.get();
+            resume = std::exchange(stalled_, false) ? conn_.get() : nullptr;
           } else if (r.flags & FI_CLAIM) {
             u->claimed_by = r.context;
           }
@@ -651,7 +651,7 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
         }
         if (u->in.ack == AckWanted::kDelivered) ack_seq = u->in.seq, ack_conn = conn_.get();
         queue_.remove(u);
-        resume = conn_.get();
+        resume = std::exchange(stalled_, false) ? conn_.get() : nullptr;
       }
     } else {
       if (queue_.full()) return -FI_EAGAIN;
@@ -670,13 +670,13 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
           deliver_unexpected(r, *u, &cq_events);
           if (u->in.ack == AckWanted::kDelivered) ack_seq = u->in.seq, ack_conn = conn_.get();
           queue_.remove(u);
-          resume = conn_.get();
+          resume = std::exchange(stalled_, false) ? conn_.get() : nullptr;
         } else {
           u->taker = r;  // completes when the rest of it arrives
         }
       } else {
         queue_.post(r);
-        resume = conn_.get();
+        resume = std::exchange(stalled_, false) ? conn_.get() : nullptr;
       }
     }
   }
@@ -739,21 +739,27 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
     std::lock_guard slock(srx_->mu_);
     // An SRX's receives take their CQ slot when a message picks them.
     const bool credit = cq == nullptr || cq->queue().reserve(1).ok();
-    if (credit) r = srx_->queue_.take_match(in);
+    if (!credit) {
+      // A receive may be posted for it, but its completion would find no room: wait for the
+      // application to read the CQ. Retried at every progress round until then.
+      retry_ = true;
+      return stall_locked();
+    }
+    r = srx_->queue_.take_match(in);
     if (r) {
       r->owner = this;
       if (srx_->limit_crossed_locked()) {
         raise_later(domain_, srx_, FI_FABQ_EVENT_SRX_LIMIT_REACHED);
       }
     } else {
-      if (credit && cq != nullptr) cq->queue().cancel_reservation(1);
-      if (!srx_->queue_.room_for(in.len)) return false;
+      if (cq != nullptr) cq->queue().cancel_reservation(1);
+      if (!srx_->queue_.room_for(in.len)) return stall_locked();
       inflight_unexpected_ = srx_->queue_.add_unexpected(this, in);
     }
   } else {
     r = queue_.take_match(in);
     if (!r) {
-      if (!queue_.room_for(in.len)) return false;
+      if (!queue_.room_for(in.len)) return stall_locked();
       inflight_unexpected_ = queue_.add_unexpected(this, in);
     }
   }
@@ -770,6 +776,25 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
     p->capacity = in.len;
   }
   return true;
+}
+
+bool Endpoint::stall_locked() {
+  stalled_ = true;
+  return false;
+}
+
+bool Endpoint::take_retry() {
+  std::lock_guard lock(mu_);
+  return std::exchange(retry_, false);
+}
+
+void Endpoint::resume_if_stalled() {
+  Connection* c = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (std::exchange(stalled_, false)) c = conn_.get();
+  }
+  if (c != nullptr) c->resume();
 }
 
 bool Endpoint::placed(const Incoming& in, const Placement& p) {
@@ -1115,15 +1140,11 @@ ssize_t Srx::post_recv(const PostedRecv& posted) {
   raise(domain_, this, action.events);
   if (from != nullptr) {
     raise(domain_, from->rx_cq(), cq_events);
-    if (Connection* c = from->connection(); c != nullptr) {
-      if (ack) c->ack_delivered(ack_seq);
-      c->resume();
-    }
-  } else {
-    for (Endpoint* ep : endpoints()) {
-      if (Connection* c = ep->connection(); c != nullptr) c->resume();
-    }
+    if (Connection* c = from->connection(); c != nullptr && ack) c->ack_delivered(ack_seq);
   }
+  // A receive was posted or a buffered message consumed: a connection that stalled for want
+  // of either may go on.
+  for (Endpoint* ep : endpoints()) ep->resume_if_stalled();
   raise_deferred();
   return 0;
 }

@@ -135,6 +135,7 @@ void Engine::retire(std::unique_ptr<Pollable> p) {
   std::erase(scheduled_, p.get());
   std::erase_if(deadlines_, [q = p.get()](const Deadline& d) { return d.p == q; });
   graveyard_.push_back(std::move(p));
+  has_graves_.store(true, std::memory_order_release);
 }
 
 void Engine::schedule(Pollable* p) {
@@ -153,6 +154,7 @@ void Engine::set_deadline(Pollable* p, int64_t ns) {
     std::lock_guard lock(sched_mu_);
     std::erase_if(deadlines_, [p](const Deadline& d) { return d.p == p; });
     if (ns != 0) deadlines_.push_back({p, ns});
+    has_deadlines_.store(!deadlines_.empty(), std::memory_order_release);
   }
   if (ns != 0 && waiters_.load(std::memory_order_acquire) > 0) kick();
 }
@@ -174,16 +176,16 @@ void Engine::run_locked() {
   const int n = epoll_wait(epfd_.get(), ev, kMaxEvents, 0);
   for (int i = 0; i < n; ++i) static_cast<Pollable*>(ev[i].data.ptr)->on_ready(ev[i].events);
   if (has_scheduled_.load(std::memory_order_acquire)) {
-    std::vector<Pollable*> now;
     {
       std::lock_guard lock(sched_mu_);
-      now.swap(scheduled_);
+      running_.swap(scheduled_);  // both keep their capacity: no allocation in steady state
       has_scheduled_.store(false, std::memory_order_release);
     }
-    for (Pollable* p : now) p->on_ready(EPOLLIN);
+    for (Pollable* p : running_) p->on_ready(EPOLLIN);
+    running_.clear();
   }
   std::vector<Pollable*> due;
-  {
+  if (has_deadlines_.load(std::memory_order_acquire)) {
     std::lock_guard lock(sched_mu_);
     if (!deadlines_.empty()) {
       const int64_t t = now_ns();
@@ -199,10 +201,13 @@ void Engine::run_locked() {
   }
   for (Pollable* p : due) p->on_deadline();
   // Objects retired during this round: no readiness report of the round refers to them now.
-  std::vector<std::unique_ptr<Pollable>> dead;
-  {
-    std::lock_guard lock(sched_mu_);
-    dead.swap(graveyard_);
+  if (has_graves_.load(std::memory_order_acquire)) {
+    std::vector<std::unique_ptr<Pollable>> dead;
+    {
+      std::lock_guard lock(sched_mu_);
+      dead.swap(graveyard_);
+      has_graves_.store(false, std::memory_order_release);
+    }
   }
 }
 
@@ -733,6 +738,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
         if (ep_ == nullptr || !ep_->place(in_, &place_)) {
           stalled_ = true;
           update_interest_locked();
+          if (ep_ != nullptr && ep_->take_retry()) engine_->schedule(this);
           *used = off;
           return false;
         }

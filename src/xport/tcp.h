@@ -80,6 +80,7 @@ class Engine final : public prov::Transport {
   core::UniqueFd kick_fd_;
   std::mutex sched_mu_;  // guards scheduled_, deadlines_
   std::vector<Pollable*> scheduled_;
+  std::vector<Pollable*> running_;  // scheduled_ being run; guarded by mu_
   struct Deadline {
     Pollable* p;
     int64_t ns;
@@ -87,6 +88,8 @@ class Engine final : public prov::Transport {
   std::vector<Deadline> deadlines_;
   std::vector<std::unique_ptr<Pollable>> graveyard_;
   std::atomic<bool> has_scheduled_{false};
+  std::atomic<bool> has_deadlines_{false};  // hints that spare the common round a lock
+  std::atomic<bool> has_graves_{false};
   std::atomic<int> waiters_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;
