@@ -27,14 +27,14 @@ struct CqOps {
   static ssize_t read(fid_cq* f, void* buf, size_t count) {
     Cq* cq = Cq::from_fid(&f->fid);
     if (cq == nullptr) return -FI_EINVAL;
-    cq->drive();
+    cq->drive(count);
     return cq->queue_->read(buf, count, nullptr).to_fi();
   }
 
   static ssize_t readfrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src_addr) {
     Cq* cq = Cq::from_fid(&f->fid);
     if (cq == nullptr) return -FI_EINVAL;
-    cq->drive();
+    cq->drive(count);
     return cq->queue_->read(buf, count, src_addr).to_fi();
   }
 
@@ -149,8 +149,11 @@ std::vector<uint32_t> Cq::complete_error(const core::CompletionError& e) {
   return std::move(a.events);
 }
 
-void Cq::drive() {
+void Cq::drive(size_t want) {
   external_.disarm();
+  // A read that the CQ can satisfy whole needs no progress first (the syscalls of a round
+  // would be spent for nothing); one that it cannot always drives the transport.
+  if (want != 0 && queue_->pending() >= want) return;
   progress(domain_->fabric());
 }
 

@@ -27,7 +27,10 @@
 namespace fabq::xport {
 namespace {
 
-constexpr size_t kReadBuffer = 64 * 1024;
+// Small enough that the payload of a large message mostly goes straight into the receive
+// buffer (kDirectRead) instead of through this one; large enough to take many small frames
+// in one recv().
+constexpr size_t kReadBuffer = 16 * 1024;
 // Payloads at least this large are read straight into the receive buffer, skipping a copy.
 constexpr size_t kDirectRead = 16 * 1024;
 // Control frames owed to the peer beyond this: stop reading until they are written.
