@@ -433,7 +433,7 @@ int Conn::reject(const void* data, size_t len) {
 
 int Conn::shutdown() {
   std::lock_guard lock(mu_);
-  if (state() == State::kClosed && reported_ && was_connected_) return 0;  // the peer was first
+  if (reported_ && was_connected_) return 0;  // already shut down, by the peer or by us
   if (state() != State::kConnected) return -FI_ENOTCONN;
   if (shutting_) return 0;
   shutting_ = true;
@@ -444,7 +444,7 @@ int Conn::shutdown() {
 int Conn::submit(prov::TxOp* op) {
   std::lock_guard lock(mu_);
   if (state() != State::kConnected || shutting_) return -FI_ENOTCONN;
-  if (send_count_ == sendq_.size()) return -FI_EAGAIN;
+  if (send_count_ == sendq_.size()) return -FI_EAGAIN;  // the transmit ring is no larger
   wire::Header h;
   h.op = op->tagged ? wire::Op::kTagged : wire::Op::kMsg;
   h.length = static_cast<uint32_t>(op->len);
@@ -538,14 +538,16 @@ bool Conn::flush_locked() {
     }
     if (cnt == 0) {
       want_write_locked(false);
-      if (shutting_ && state() == State::kConnected) {
-        // Every send is out: announce the end, then tell the application its queue drained.
-        shutting_ = false;
+      if (shutting_ && !shut_queued_ && state() == State::kConnected) {
+        // Every send is out: announce the end through the same path, after everything else.
+        shut_queued_ = true;
         queue_ctrl_locked(wire::Op::kShutdown, 0, nullptr, 0);
-        set_state(State::kClosed);
-        const unsigned char* p = ctrl_.data() + ctrl_off_;
-        [[maybe_unused]] ssize_t n =
-            send(fd_.get(), p, ctrl_.size() - ctrl_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
+        continue;
+      }
+      if (shut_queued_ && !shut_done_) {
+        // The announcement is written: close the sending side (reads go on, for the peer's
+        // acknowledgements and its own kShutdown) and tell the application its queue drained.
+        shut_done_ = true;
         ::shutdown(fd_.get(), SHUT_WR);
         if (ep_ != nullptr) {
           prov::raise_later(ep_->domain(), ep_, FI_FABQ_EVENT_SQ_DRAINED);
@@ -893,8 +895,15 @@ bool Conn::frame_done_locked() {
 void Conn::peer_closed_locked() {
   const State s = state();
   close_socket_locked();
-  if (reported_) return;
-  reported_ = true;
+  const bool was_reported = std::exchange(reported_, true);
+  if (s == State::kConnected && ep_ != nullptr) {
+    if (!was_reported) ep_->cm_event(FI_SHUTDOWN, nullptr, 0);
+    // Sends still waiting for the peer's acknowledgement will not get it.
+    ep_->abort_sends(FI_ECONNABORTED);
+  }
+  send_count_ = 0;
+  mid_frame_ = false;
+  if (was_reported || s == State::kConnected) return;
   switch (s) {
     case State::kIncoming:
     case State::kPending:
@@ -908,14 +917,8 @@ void Conn::peer_closed_locked() {
       ep_->cm_error(FI_ECONNABORTED, nullptr, 0);
       break;
     default:
-      if (ep_ != nullptr) {
-        ep_->cm_event(FI_SHUTDOWN, nullptr, 0);
-        ep_->abort_sends(FI_ECONNABORTED);
-      }
       break;
   }
-  send_count_ = 0;
-  mid_frame_ = false;
 }
 
 void Conn::fail_locked(int err, uint32_t event, const char* why) {

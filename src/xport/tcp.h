@@ -165,6 +165,8 @@ class Conn final : public prov::Connection, public Pollable {
   uint32_t interest_ = 0;       // the events registered
   bool stalled_ = false;        // a payload has no place yet
   bool shutting_ = false;       // fi_shutdown: kShutdown goes after the queued sends
+  bool shut_queued_ = false;    // ... and is queued
+  bool shut_done_ = false;      // ... and is written; the sending side is closed
   bool comm_est_ = false;       // COMM_EST raised
   bool reported_ = false;       // FI_SHUTDOWN or an error was reported for this connection
   bool was_connected_ = false;  // FI_CONNECTED was reported
