@@ -24,7 +24,6 @@ constexpr uint64_t kCntrBindFlags =
     FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 constexpr uint64_t kCompletionLevels =
     FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
-constexpr size_t kMaxCmData = 256;
 constexpr uint32_t kSeqIndexBits = 16;
 
 enum TxState : uint8_t { kFree = 0, kSubmitted = 1, kWritten = 2 };
@@ -229,23 +228,24 @@ struct EpOps {
     if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
     if (name == FI_OPT_CM_DATA_SIZE) {
       if (*len < sizeof(size_t)) return -FI_ETOOSMALL;
-      *static_cast<size_t*>(val) = kMaxCmData;
+      *static_cast<size_t*>(val) = kCmDataSize;
       *len = sizeof(size_t);
       return 0;
     }
     return -FI_ENOPROTOOPT;
   }
 
-  static int setopt(fid* f, int level, int, const void*, size_t) {
+  // No option is settable.
+  static int setopt(fid* f, int, int, const void*, size_t) {
     if (Endpoint::from_fid(f) == nullptr) return -FI_EINVAL;
-    return level == FI_OPT_ENDPOINT ? -FI_ENOPROTOOPT : -FI_ENOPROTOOPT;
+    return -FI_ENOPROTOOPT;
   }
 
   // --- connection management (fi_cm(3))
 
   static int connect(fid_ep* f, const void* addr, const void* param, size_t paramlen) {
     Endpoint* e = R::of(f);
-    if (e == nullptr || paramlen > kMaxCmData || (paramlen > 0 && param == nullptr)) {
+    if (e == nullptr || paramlen > kCmDataSize || (paramlen > 0 && param == nullptr)) {
       return -FI_EINVAL;
     }
     sockaddr_in peer{};
@@ -272,7 +272,7 @@ struct EpOps {
 
   static int accept(fid_ep* f, const void* param, size_t paramlen) {
     Endpoint* e = R::of(f);
-    if (e == nullptr || paramlen > kMaxCmData || (paramlen > 0 && param == nullptr)) {
+    if (e == nullptr || paramlen > kCmDataSize || (paramlen > 0 && param == nullptr)) {
       return -FI_EINVAL;
     }
     Connection* conn = e->connection();
@@ -990,12 +990,12 @@ void Endpoint::abort_sends(int err) {
 void Endpoint::cm_event(uint32_t event, const void* data, size_t len) {
   Eq* q = eq();
   if (q == nullptr) return;
-  unsigned char buf[sizeof(fi_eq_cm_entry) + kMaxCmData];
+  unsigned char buf[sizeof(fi_eq_cm_entry) + kCmDataSize];
   fi_eq_cm_entry entry{};
   entry.fid = &box_.fid.fid;
   entry.info = nullptr;
   std::memcpy(buf, &entry, sizeof(entry));
-  len = std::min(len, kMaxCmData);
+  len = std::min(len, kCmDataSize);
   if (len > 0) std::memcpy(buf + sizeof(entry), data, len);
   const size_t size = sizeof(entry) + (event == FI_CONNECTED ? len : 0);
   (void)q->queue().write(event, buf, size);

@@ -32,8 +32,9 @@ namespace fabq::prov {
 class Endpoint;
 class Fabric;
 
-inline constexpr size_t kMaxIov = 4;       // tx_attr/rx_attr iov_limit
-inline constexpr size_t kInjectSize = 64;  // tx_attr inject_size
+inline constexpr size_t kMaxIov = 4;        // tx_attr/rx_attr iov_limit
+inline constexpr size_t kInjectSize = 64;   // tx_attr inject_size
+inline constexpr size_t kCmDataSize = 256;  // FI_OPT_CM_DATA_SIZE: connect/accept/reject data
 
 // When a send completes (fi_cq(3) COMPLETION EVENT SEMANTICS).
 enum class TxLevel : uint8_t {

@@ -27,6 +27,8 @@
 namespace fabq::xport {
 namespace {
 
+static_assert(wire::kMaxCmData == prov::kCmDataSize, "the wire carries what the API allows");
+
 // Small enough that the payload of a large message mostly goes straight into the receive
 // buffer (kDirectRead) instead of through this one; large enough to take many small frames
 // in one recv().
@@ -75,6 +77,29 @@ int copy_addr(const sockaddr_in& a, void* addr, size_t* len) {
   return 0;
 }
 
+// The part of iov[0..n) that starts `skip` bytes in and is at most `limit` bytes long, as
+// entries written to out (which has room for n). Returns how many were written.
+int iov_slice(const iovec* iov, size_t n, size_t skip, size_t limit, iovec* out) {
+  int cnt = 0;
+  for (size_t j = 0; j < n && limit > 0; ++j) {
+    const size_t l = iov[j].iov_len;
+    if (skip >= l) {
+      skip -= l;
+      continue;
+    }
+    const size_t take = std::min(l - skip, limit);
+    out[cnt++] = {static_cast<char*>(iov[j].iov_base) + skip, take};
+    limit -= take;
+    skip = 0;
+  }
+  return cnt;
+}
+
+// When a connection attempt (or an accepted request) that started now gives up.
+int64_t connect_deadline() {
+  return now_ns() + static_cast<int64_t>(prov::params().connect_timeout_ms) * 1'000'000;
+}
+
 int fi_errno_of(int e) {
   switch (e) {
     case ECONNREFUSED:
@@ -95,7 +120,7 @@ int fi_errno_of(int e) {
 
 // --- Engine
 
-Engine::Engine(prov::Fabric*)
+Engine::Engine()
     : epfd_(epoll_create1(EPOLL_CLOEXEC)), kick_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 Engine::~Engine() {
@@ -274,8 +299,7 @@ Conn::~Conn() {
   std::lock_guard elock(engine_->mu());
   std::lock_guard lock(mu_);
   if (fd_.valid() && registered_) engine_->remove_fd(fd_.get());
-  engine_->unschedule(this);
-  engine_->set_deadline(this, 0);
+  engine_->unschedule(this);  // its calls and its deadline
   fd_.reset();
 }
 
@@ -348,8 +372,7 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
     case core::NetFault::kTimeout:
       // Injected: the request never gets an answer; the connect timer ends it.
       set_state(State::kConnecting);
-      engine_->set_deadline(
-          this, now_ns() + static_cast<int64_t>(prov::params().connect_timeout_ms) * 1'000'000);
+      engine_->set_deadline(this, connect_deadline());
       return 0;
     default:
       break;
@@ -381,8 +404,7 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
   set_state(State::kConnecting);
   writing_ = true;
   update_interest_locked();
-  engine_->set_deadline(
-      this, now_ns() + static_cast<int64_t>(prov::params().connect_timeout_ms) * 1'000'000);
+  engine_->set_deadline(this, connect_deadline());
   return registered_ ? 0 : -FI_EIO;
 }
 
@@ -394,8 +416,7 @@ void Conn::start_passive(PassiveEp* pep) {
   getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&peer_), &len);
   set_state(State::kIncoming);
   update_interest_locked();
-  engine_->set_deadline(
-      this, now_ns() + static_cast<int64_t>(prov::params().connect_timeout_ms) * 1'000'000);
+  engine_->set_deadline(this, connect_deadline());
 }
 
 bool Conn::adopt(prov::Endpoint* ep) {
@@ -414,8 +435,7 @@ int Conn::accept(const void* data, size_t len) {
   queue_ctrl_locked(wire::Op::kConnAccept, 0, data, len);
   set_state(State::kAccepted);
   update_interest_locked();
-  engine_->set_deadline(
-      this, now_ns() + static_cast<int64_t>(prov::params().connect_timeout_ms) * 1'000'000);
+  engine_->set_deadline(this, connect_deadline());
   flush_locked();
   // The peer may have answered already: look at the socket at the next progress.
   engine_->schedule(this);
@@ -526,15 +546,7 @@ bool Conn::flush_locked() {
       } else {
         skip -= wire::kHeaderSize;
       }
-      for (size_t j = 0; j < op->iov_count; ++j) {
-        const size_t l = op->iov[j].iov_len;
-        if (skip >= l) {
-          skip -= l;
-          continue;
-        }
-        iov[cnt++] = {static_cast<char*>(op->iov[j].iov_base) + skip, l - skip};
-        skip = 0;
-      }
+      cnt += iov_slice(op->iov, op->iov_count, skip, SIZE_MAX, iov + cnt);
     }
     if (cnt == 0) {
       want_write_locked(false);
@@ -616,7 +628,6 @@ void Conn::on_deadline() {
       break;
     case State::kIncoming:
       close_socket_locked();
-      if (pep_ != nullptr) pep_->forget(this);
       break;
     default:
       break;
@@ -680,20 +691,8 @@ void Conn::read_locked() {
         framer_.payload_left() >= kDirectRead && placed_ < place_.capacity) {
       // Straight into the application's buffer.
       iovec iov[prov::kMaxIov + 1];
-      int cnt = 0;
-      size_t skip = placed_;
-      size_t want = std::min(framer_.payload_left(), place_.capacity - placed_);
-      for (size_t j = 0; j < place_.iov_count && want > 0; ++j) {
-        const size_t l = place_.iov[j].iov_len;
-        if (skip >= l) {
-          skip -= l;
-          continue;
-        }
-        const size_t take = std::min(l - skip, want);
-        iov[cnt++] = {static_cast<char*>(place_.iov[j].iov_base) + skip, take};
-        want -= take;
-        skip = 0;
-      }
+      const int cnt = iov_slice(place_.iov, place_.iov_count, placed_,
+                                std::min(framer_.payload_left(), place_.capacity - placed_), iov);
       n = readv(fd_.get(), iov, cnt);
       if (n > 0) {
         framer_.take_payload(static_cast<size_t>(n));
@@ -764,19 +763,14 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       const size_t take = framer_.take_payload(n - off);
       if (is_data(h.op)) {
         // Into the placement, up to its capacity; the rest of a too-long message is dropped.
-        size_t src = 0;
-        size_t skip = placed_;
-        for (size_t j = 0; j < place_.iov_count && src < take; ++j) {
-          const size_t l = place_.iov[j].iov_len;
-          if (skip >= l) {
-            skip -= l;
-            continue;
-          }
-          const size_t c = std::min({l - skip, take - src, place_.capacity - placed_ - src});
-          if (c == 0) break;
-          std::memcpy(static_cast<char*>(place_.iov[j].iov_base) + skip, p + off + src, c);
-          src += c;
-          skip = 0;
+        const size_t room =
+            placed_ < place_.capacity ? std::min(take, place_.capacity - placed_) : 0;
+        iovec dst[prov::kMaxIov + 1];
+        const int cnt = iov_slice(place_.iov, place_.iov_count, placed_, room, dst);
+        const unsigned char* src = p + off;
+        for (int j = 0; j < cnt; ++j) {
+          std::memcpy(dst[j].iov_base, src, dst[j].iov_len);
+          src += dst[j].iov_len;
         }
       } else {
         std::memcpy(cm_buf_ + placed_, p + off, take);
@@ -907,8 +901,7 @@ void Conn::peer_closed_locked() {
   switch (s) {
     case State::kIncoming:
     case State::kPending:
-      if (pep_ != nullptr && ep_ == nullptr) pep_->forget(this);
-      break;
+      break;  // the passive endpoint frees it (PassiveEp::on_ready)
     case State::kConnecting:
     case State::kRequested:
       ep_->cm_error(FI_ECONNREFUSED, nullptr, 0);
@@ -930,10 +923,7 @@ void Conn::fail_locked(int err, uint32_t event, const char* why) {
   mid_frame_ = false;
   if (reported_) return;
   reported_ = true;
-  if (ep_ == nullptr) {
-    if (pep_ != nullptr) pep_->forget(this);
-    return;
-  }
+  if (ep_ == nullptr) return;  // not reported yet: the passive endpoint frees it
   if (s == State::kConnected) {
     ep_->abort_sends(err == FI_EREMOTEIO ? FI_EIO : err);
     // The event writes the EQ error entry and fails the posted receives.
@@ -979,7 +969,7 @@ struct PepOps {
     if (of(f) == nullptr || val == nullptr || len == nullptr) return -FI_EINVAL;
     if (level != FI_OPT_ENDPOINT || name != FI_OPT_CM_DATA_SIZE) return -FI_ENOPROTOOPT;
     if (*len < sizeof(size_t)) return -FI_ETOOSMALL;
-    *static_cast<size_t*>(val) = wire::kMaxCmData;
+    *static_cast<size_t*>(val) = prov::kCmDataSize;
     *len = sizeof(size_t);
     return 0;
   }
@@ -1186,12 +1176,6 @@ void PassiveEp::request(Conn* conn, const void* data, size_t len) {
   handles_.push_back(std::move(h));
 }
 
-void PassiveEp::forget(Conn* conn) {
-  // Called from the connection's own callbacks: it must outlive them, so it is only detached
-  // here and destroyed with the passive endpoint (or taken by fi_endpoint / fi_reject).
-  (void)conn;
-}
-
 Conn* PassiveEp::take(fid_t handle) {
   std::lock_guard lock(mu_);
   auto h = std::find_if(handles_.begin(), handles_.end(),
@@ -1221,7 +1205,8 @@ int PassiveEp::reject(fid_t handle, const void* data, size_t len) {
 namespace fabq::prov {
 
 Transport* make_transport(Fabric* fabric) {
-  return new xport::Engine(fabric);
+  (void)fabric;  // one engine per fabric; it needs nothing of it
+  return new xport::Engine();
 }
 
 Connection* make_connection(Endpoint* ep, fid_t handle, int* err) {

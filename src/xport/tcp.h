@@ -47,15 +47,16 @@ class Pollable {
 
 class Engine final : public prov::Transport {
  public:
-  explicit Engine(prov::Fabric* fabric);
+  Engine();
   ~Engine() override;
 
   void progress() override;
   void begin_wait() override;
   void end_wait() override;
 
-  // Membership. add/modify/remove take the engine lock themselves unless called from a
-  // callback (which already holds it): `locked` says which.
+  // Membership of the epoll set; any thread. Taking a socket out does not free its Pollable:
+  // an object is destroyed only under the engine lock (or retired), so that no readiness
+  // report of a round in progress can name it. remove() also forgets its scheduled calls.
   bool add(int fd, Pollable* p, uint32_t events);
   void modify(int fd, Pollable* p, uint32_t events);
   void remove(int fd, Pollable* p);
@@ -126,7 +127,6 @@ class Conn final : public prov::Connection, public Pollable {
   bool adopt(prov::Endpoint* ep);
   // fi_reject.
   int reject(const void* data, size_t len);
-  bool registered() const { return registered_; }
   bool closed() const { return state() == State::kClosed; }
 
  private:
@@ -209,8 +209,6 @@ class PassiveEp final : public Pollable {
   void on_ready(uint32_t events) override;
   // A Conn got its kConnReq: report FI_CONNREQ.
   void request(Conn* conn, const void* data, size_t len);
-  // A Conn died before the application took it.
-  void forget(Conn* conn);
   // The Conn behind `handle`, removed from the pending list; null if unknown.
   Conn* take(fid_t handle);
 
