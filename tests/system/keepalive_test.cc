@@ -101,7 +101,8 @@ TEST(Keepalive, APeerThatStopsAnsweringFailsTheEndpointWithEpFatal) {
   EXPECT_EQ(err.prov_errno, static_cast<int>(FI_FABQ_EVENT_EP_FATAL));
   bool fatal = false;
   fi_fabq_async_event ev{};
-  while (ops->get_event(domain, &ev, 0) == 0) {
+  // The EQ entry is written before the channel event (fi_fabq.h): wait for the latter.
+  while (!fatal && ops->get_event(domain, &ev, 5000) == 0) {
     if (ev.type == FI_FABQ_EVENT_EP_FATAL && ev.fid == &client->fid) fatal = true;
     EXPECT_EQ(ops->ack_event(domain, &ev), 0);
   }
