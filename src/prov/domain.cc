@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "prov/av.h"
 #include "prov/cntr.h"
 #include "prov/cq.h"
 #include "prov/endpoint.h"
@@ -60,7 +61,7 @@ struct DomainOps {
   };
   static inline fi_ops_domain domain_ops_ = {
       .size = sizeof(fi_ops_domain),
-      .av_open = enosys<fid_domain*, fi_av_attr*, fid_av**, void*>,
+      .av_open = open_av,
       .cq_open = open_cq,
       .endpoint = open_endpoint,
       .scalable_ep = enosys<fid_domain*, fi_info*, fid_ep**, void*>,
@@ -92,6 +93,7 @@ Domain::Domain(Fabric* fabric, const fi_info& info, std::unique_ptr<core::AsyncC
       AsyncTarget(core::FaultTargetKind::kDomain, &box_.fid.fid),
       fabric_(fabric),
       name_(info.domain_attr->name),
+      av_type_(raw_enum(info.domain_attr->av_type)),
       channel_(std::move(channel)) {
   init_fid(&box_.fid.fid, FI_CLASS_DOMAIN, context, &DomainOps::fi_ops_);
   box_.fid.ops = &DomainOps::domain_ops_;

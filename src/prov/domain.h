@@ -3,17 +3,16 @@
 // A domain is one network interface (its name, e.g. "lo") of a fabric. It opens completion
 // queues, counters and poll sets, counting CQs and counters against the cq_cnt and cntr_cnt
 // it advertises. fi_domain_bind() attaches an EQ (flags 0 or FI_REG_MR) for the domain's
-// asynchronous events; the EQ then cannot be closed before the domain (-FI_EBUSY). Endpoints,
-// address vectors and memory registration come with the transport: until then they return
-// -FI_ENOSYS.
+// asynchronous events; the EQ then cannot be closed before the domain (-FI_EBUSY). It opens
+// address vectors (prov/av.h) of its av_type; memory registration returns -FI_ENOSYS.
 //
 // The domain owns the asynchronous event channel of fi_fabq.h (fi_open_ops with
 // FI_FABQ_ASYNC_OPS) and the fault rules installed on it (FI_FABQ_FAULTS at open, inject()
 // later); see prov/events.h. After FI_FABQ_EVENT_DEVICE_FATAL it opens nothing more
 // (-FI_EOPBADSTATE).
 //
-// fi_close() with open CQs, counters, endpoints, SRX contexts or poll sets, or with events read
-// from its channel and not acknowledged: -FI_EBUSY.
+// fi_close() with open CQs, counters, AVs, endpoints, SRX contexts or poll sets, or with events
+// read from its channel and not acknowledged: -FI_EBUSY.
 #pragma once
 
 #include <rdma/fi_domain.h>
@@ -49,6 +48,9 @@ class Domain final : public Object, public AsyncTarget {
   uint64_t id() const { return id_; }
   // The EQ bound with fi_domain_bind, or null.
   Eq* eq();
+  // domain_attr->av_type of the fi_info it was opened with: the only AV type it opens, unless
+  // FI_AV_UNSPEC (prov/av.h).
+  int av_type() const { return av_type_; }
 
   // DEVICE_FATAL: the domain opens nothing more.
   void fail() { failed_.store(true, std::memory_order_release); }
@@ -92,6 +94,7 @@ class Domain final : public Object, public AsyncTarget {
   FidBox<fid_domain> box_;
   Fabric* const fabric_;
   std::string name_;
+  const int av_type_;
   std::unique_ptr<core::AsyncChannel> channel_;
   std::atomic<size_t> cqs_{0};
   std::atomic<size_t> cntrs_{0};

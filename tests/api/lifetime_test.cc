@@ -2,6 +2,7 @@
 // must be released prior to calling fi_close, otherwise the call will return -FI_EBUSY") and
 // the op tables fabq hands out: every slot points somewhere, unsupported operations answer
 // -FI_ENOSYS (src/prov/noop.h), fid->context and fid->fclass are what the open said.
+#include <netinet/in.h>
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
@@ -119,6 +120,19 @@ TEST_F(Lifetime, DomainCloseWithOpenPollSetIsBusy) {
   void* ctx[1];
   EXPECT_EQ(fi_poll(p, ctx, 1), 0) << "the poll set still works";
   EXPECT_EQ(fi_close(&p->fid), 0);
+  close_domain();
+}
+
+TEST_F(Lifetime, DomainCloseWithOpenAvIsBusy) {
+  fi_av_attr attr{};
+  attr.type = FI_AV_TABLE;
+  fid_av* av = nullptr;
+  ASSERT_EQ(fi_av_open(domain_, &attr, &av, nullptr), 0);
+  EXPECT_EQ(fi_close(&domain_->fid), -FI_EBUSY);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  EXPECT_EQ(fi_av_insert(av, &sa, 1, nullptr, 0, nullptr), 1) << "the AV still works";
+  EXPECT_EQ(fi_close(&av->fid), 0);
   close_domain();
 }
 
@@ -588,13 +602,6 @@ TEST_F(Lifetime, PassiveEndpointHoldsItsFabricAndItsEq) {
   EXPECT_EQ(fi_close(&eq->fid), -FI_EBUSY) << "bound to the passive endpoint";
   EXPECT_EQ(fi_close(&pep->fid), 0);
   EXPECT_EQ(fi_close(&eq->fid), 0);
-}
-
-TEST_F(Lifetime, AvOpenIsNotSupported) {
-  fi_av_attr attr{};
-  attr.type = FI_AV_MAP;
-  fid_av* av = nullptr;
-  EXPECT_EQ(fi_av_open(domain_, &attr, &av, nullptr), -FI_ENOSYS);
 }
 
 TEST_F(Lifetime, MrRegIsNotSupported) {
