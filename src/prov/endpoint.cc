@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/eq.h"
+#include "prov/av.h"
 #include "prov/cntr.h"
 #include "prov/cq.h"
 #include "prov/domain.h"
@@ -194,6 +195,15 @@ struct EpOps {
         }
         return 0;
       }
+      case FI_CLASS_AV: {
+        Av* av = Av::from_fid(bfid);
+        if (av == nullptr || av->domain() != e->domain_ || !e->rdm_) return -FI_EINVAL;
+        if (flags != 0) return -FI_EBADFLAGS;
+        if (e->av_ != nullptr) return -FI_EBUSY;
+        av->hold();
+        e->av_ = av;
+        return 0;
+      }
       case FI_CLASS_SRX_CTX: {
         Srx* srx = Srx::from_fid(bfid);
         if (srx == nullptr || srx->domain() != e->domain_) return -FI_EINVAL;
@@ -217,10 +227,7 @@ struct EpOps {
     }
     if (command != FI_ENABLE) return -FI_ENOSYS;
     std::lock_guard lock(e->mu_);
-    if (e->eq_ == nullptr) return -FI_ENOEQ;
-    if (e->rx_cq() == nullptr && e->rx_cntr_ == nullptr && e->srx_ == nullptr) return -FI_ENOCQ;
-    e->enabled_ = true;
-    return 0;
+    return e->enable_locked();
   }
 
   static int getopt(fid* f, int level, int name, void* val, size_t* len) {
@@ -297,10 +304,28 @@ struct EpOps {
     Endpoint* e = Endpoint::from_fid(f);
     if (e == nullptr || addrlen == nullptr) return -FI_EINVAL;
     if (Connection* conn = e->connection(); conn != nullptr) return conn->getname(addr, addrlen);
+    sockaddr_in name;
+    {
+      std::lock_guard lock(e->mu_);
+      name = e->enabled_ && e->rdm_ ? e->rdm_name_ : e->src_;
+    }
     const size_t have = *addrlen;
     *addrlen = sizeof(sockaddr_in);
     if (addr == nullptr || have < sizeof(sockaddr_in)) return -FI_ETOOSMALL;
-    std::memcpy(addr, &e->src_, sizeof(sockaddr_in));
+    std::memcpy(addr, &name, sizeof(sockaddr_in));
+    return 0;
+  }
+
+  // RDM: the address the listener takes at fi_enable.
+  static int setname(fid* f, void* addr, size_t addrlen) {
+    Endpoint* e = Endpoint::from_fid(f);
+    if (e == nullptr || addr == nullptr || addrlen < sizeof(sockaddr_in)) return -FI_EINVAL;
+    sockaddr_in a;
+    std::memcpy(&a, addr, sizeof(a));
+    if (a.sin_family != AF_INET) return -FI_EINVAL;
+    std::lock_guard lock(e->mu_);
+    if (e->enabled_) return -FI_EOPBADSTATE;
+    e->src_ = a;
     return 0;
   }
 
@@ -312,83 +337,85 @@ struct EpOps {
     return conn->getpeer(addr, addrlen);
   }
 
-  // --- data transfer (fi_msg(3), fi_tagged(3))
+  // --- data transfer (fi_msg(3), fi_tagged(3)). The destination fi_addr_t matters to RDM
+  // endpoints only; MSG endpoints ignore it (fi_msg(3)).
 
-  static ssize_t send(fid_ep* f, const void* buf, size_t len, void*, fi_addr_t, void* context) {
+  static ssize_t send(fid_ep* f, const void* buf, size_t len, void*, fi_addr_t dest,
+                      void* context) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, context, e->tx_op_flags_, false, 0, false, 0, false);
+    return e->post_send(&iov, 1, dest, context, e->tx_op_flags_, false, 0, false, 0, false);
   }
-  static ssize_t sendv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t,
+  static ssize_t sendv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t dest,
                        void* context) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
-    return e->post_send(iov, count, context, e->tx_op_flags_, false, 0, false, 0, false);
+    return e->post_send(iov, count, dest, context, e->tx_op_flags_, false, 0, false, 0, false);
   }
   static ssize_t sendmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
     Endpoint* e = R::of(f);
     if (e == nullptr || msg == nullptr) return -FI_EINVAL;
-    return e->post_send(msg->msg_iov, msg->iov_count, msg->context, flags, false, 0,
+    return e->post_send(msg->msg_iov, msg->iov_count, msg->addr, msg->context, flags, false, 0,
                         (flags & FI_REMOTE_CQ_DATA) != 0, msg->data, false);
   }
-  static ssize_t inject(fid_ep* f, const void* buf, size_t len, fi_addr_t) {
+  static ssize_t inject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, nullptr, FI_INJECT, false, 0, false, 0, true);
+    return e->post_send(&iov, 1, dest, nullptr, FI_INJECT, false, 0, false, 0, true);
   }
-  static ssize_t senddata(fid_ep* f, const void* buf, size_t len, void*, uint64_t data, fi_addr_t,
-                          void* context) {
+  static ssize_t senddata(fid_ep* f, const void* buf, size_t len, void*, uint64_t data,
+                          fi_addr_t dest, void* context) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, context, e->tx_op_flags_, false, 0, true, data, false);
+    return e->post_send(&iov, 1, dest, context, e->tx_op_flags_, false, 0, true, data, false);
   }
-  static ssize_t injectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t) {
+  static ssize_t injectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, nullptr, FI_INJECT, false, 0, true, data, true);
+    return e->post_send(&iov, 1, dest, nullptr, FI_INJECT, false, 0, true, data, true);
   }
-  static ssize_t tsend(fid_ep* f, const void* buf, size_t len, void*, fi_addr_t, uint64_t tag,
+  static ssize_t tsend(fid_ep* f, const void* buf, size_t len, void*, fi_addr_t dest, uint64_t tag,
                        void* context) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, context, e->tx_op_flags_, true, tag, false, 0, false);
+    return e->post_send(&iov, 1, dest, context, e->tx_op_flags_, true, tag, false, 0, false);
   }
-  static ssize_t tsendv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t, uint64_t tag,
-                        void* context) {
+  static ssize_t tsendv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t dest,
+                        uint64_t tag, void* context) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
-    return e->post_send(iov, count, context, e->tx_op_flags_, true, tag, false, 0, false);
+    return e->post_send(iov, count, dest, context, e->tx_op_flags_, true, tag, false, 0, false);
   }
   static ssize_t tsendmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
     Endpoint* e = R::of(f);
     if (e == nullptr || msg == nullptr) return -FI_EINVAL;
-    return e->post_send(msg->msg_iov, msg->iov_count, msg->context, flags, true, msg->tag,
-                        (flags & FI_REMOTE_CQ_DATA) != 0, msg->data, false);
+    return e->post_send(msg->msg_iov, msg->iov_count, msg->addr, msg->context, flags, true,
+                        msg->tag, (flags & FI_REMOTE_CQ_DATA) != 0, msg->data, false);
   }
-  static ssize_t tinject(fid_ep* f, const void* buf, size_t len, fi_addr_t, uint64_t tag) {
+  static ssize_t tinject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t tag) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, nullptr, FI_INJECT, true, tag, false, 0, true);
+    return e->post_send(&iov, 1, dest, nullptr, FI_INJECT, true, tag, false, 0, true);
   }
-  static ssize_t tsenddata(fid_ep* f, const void* buf, size_t len, void*, uint64_t data, fi_addr_t,
-                           uint64_t tag, void* context) {
+  static ssize_t tsenddata(fid_ep* f, const void* buf, size_t len, void*, uint64_t data,
+                           fi_addr_t dest, uint64_t tag, void* context) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, context, e->tx_op_flags_, true, tag, true, data, false);
+    return e->post_send(&iov, 1, dest, context, e->tx_op_flags_, true, tag, true, data, false);
   }
-  static ssize_t tinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t,
+  static ssize_t tinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
                              uint64_t tag) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, nullptr, FI_INJECT, true, tag, true, data, true);
+    return e->post_send(&iov, 1, dest, nullptr, FI_INJECT, true, tag, true, data, true);
   }
 
   static ssize_t tx_size_left(fid_ep* f) {
@@ -437,6 +464,19 @@ struct EpOps {
       .shutdown = shutdown,
       .join = enosys<fid_ep*, const void*, uint64_t, fid_mc**, void*>,
   };
+  // An RDM endpoint has a name and nothing to connect (fi_cm(3)).
+  static inline fi_ops_cm rdm_cm_ops_ = {
+      .size = sizeof(fi_ops_cm),
+      .setname = setname,
+      .getname = getname,
+      .getpeer = enosys<fid_ep*, void*, size_t*>,
+      .connect = enosys<fid_ep*, const void*, const void*, size_t>,
+      .listen = enosys<fid_pep*>,
+      .accept = enosys<fid_ep*, const void*, size_t>,
+      .reject = enosys<fid_pep*, fid_t, const void*, size_t>,
+      .shutdown = enosys<fid_ep*, uint64_t>,
+      .join = enosys<fid_ep*, const void*, uint64_t, fid_mc**, void*>,
+  };
   static inline fi_ops_msg msg_ops_ = {
       .size = sizeof(fi_ops_msg),
       .recv = R::recv,
@@ -481,13 +521,15 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
                                                                : (size_t{1} << 30)),
       tx_op_flags_(info.tx_attr ? info.tx_attr->op_flags : 0),
       rx_op_flags_(info.rx_attr ? info.rx_attr->op_flags : 0),
+      rdm_(info.ep_attr != nullptr && info.ep_attr->type == FI_EP_RDM),
+      source_(rdm_ && (info.caps & FI_SOURCE) != 0),
       queue_(rx_size_, params().unexpected_bytes, 4 * rx_size_),
       tx_(tx_size_),
       tx_state_(tx_size_, kFree),
       tx_reserved_(tx_size_, 0) {
   init_fid(&box_.fid.fid, FI_CLASS_EP, context, &EpOps::fi_ops_);
   box_.fid.ops = &EpOps::ep_ops_;
-  box_.fid.cm = &EpOps::cm_ops_;
+  box_.fid.cm = rdm_ ? &EpOps::rdm_cm_ops_ : &EpOps::cm_ops_;
   box_.fid.msg = &EpOps::msg_ops_;
   box_.fid.tagged = &EpOps::tagged_ops_;
   box_.owner = this;
@@ -512,7 +554,10 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
 }
 
 Endpoint::~Endpoint() {
-  // The connection goes first: nothing calls back into this endpoint after that.
+  // The connections go first: nothing calls back into this endpoint after that.
+  listener_.reset();
+  peers_.clear();
+  retired_.clear();
   conn_.reset();
   if (eq_ != nullptr) eq_->queue().purge(&box_.fid.fid);
   std::vector<PostedRecv> dropped;
@@ -528,16 +573,16 @@ Endpoint::~Endpoint() {
   dropped = queue_.take_all();
   if (Cq* cq = rx_cq(); cq != nullptr) {
     if (!dropped.empty()) cq->queue().cancel_reservation(dropped.size());
-    if (inflight_ == Inflight::kPosted) cq->queue().cancel_reservation(1);
+    if (placing_ != 0) cq->queue().cancel_reservation(placing_);
   }
   if (tx_cq_ != nullptr) {
     size_t held = 0;
     for (size_t i = 0; i < tx_size_; ++i) held += tx_state_[i] != kFree && tx_reserved_[i];
     if (held != 0) tx_cq_->queue().cancel_reservation(held);
   }
-  for (Object* o :
-       {static_cast<Object*>(eq_), static_cast<Object*>(tx_cq_), static_cast<Object*>(rx_cq()),
-        static_cast<Object*>(tx_cntr_), static_cast<Object*>(rx_cntr_)}) {
+  for (Object* o : {static_cast<Object*>(eq_), static_cast<Object*>(tx_cq_),
+                    static_cast<Object*>(rx_cq()), static_cast<Object*>(tx_cntr_),
+                    static_cast<Object*>(rx_cntr_), static_cast<Object*>(av_)}) {
     if (o != nullptr) o->release();
   }
 }
@@ -557,6 +602,33 @@ Connection* Endpoint::connection() {
   return conn_.get();
 }
 
+int Endpoint::enable_locked() {
+  if (enabled_) return 0;
+  if (rdm_ ? av_ == nullptr : eq_ == nullptr) return rdm_ ? -FI_ENOAV : -FI_ENOEQ;
+  if (rx_cq() == nullptr && rx_cntr_ == nullptr && srx_ == nullptr) return -FI_ENOCQ;
+  if (rdm_) {
+    int err = 0;
+    listener_.reset(open_listener(this, src_, &err));
+    if (listener_ == nullptr) return err != 0 ? err : -FI_EIO;
+    size_t len = sizeof(rdm_name_);
+    listener_->getname(&rdm_name_, &len);
+  }
+  enabled_ = true;
+  return 0;
+}
+
+bool Endpoint::can_free(const Connection* c) {
+  std::lock_guard lock(mu_);
+  std::unique_lock<std::mutex> slock;
+  if (srx_ != nullptr) slock = std::unique_lock(srx_->mu_);
+  return borrowed_.load(std::memory_order_acquire) == 0 && !queue_locked().refers_to(c);
+}
+
+fi_addr_t Endpoint::source_of(const Incoming& in) const {
+  if (!source_ || av_ == nullptr || in.from.sin_family != AF_INET) return FI_ADDR_NOTAVAIL;
+  return av_->reverse_lookup(in.from);
+}
+
 // --- receiving
 
 void Endpoint::complete_recv(const PostedRecv& r, const Incoming& in, size_t placed,
@@ -567,7 +639,8 @@ void Endpoint::complete_recv(const PostedRecv& r, const Incoming& in, size_t pla
                      .len = placed,
                      .buf = r.iov_count ? r.iov[0].iov_base : nullptr,
                      .data = in.has_data ? in.data : 0,
-                     .tag = in.tagged ? in.tag : 0};
+                     .tag = in.tagged ? in.tag : 0,
+                     .src_addr = source_of(in)};
   if (in.len > placed) {
     if (cq != nullptr) {
       auto more = cq->complete_error(
@@ -605,9 +678,19 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
   FaultAction action;
   std::vector<uint32_t> cq_events;
   Cq* cq = nullptr;
-  Connection* ack_conn = nullptr;
+  Connection* ack_conn = nullptr;  // borrowed (borrowed_) while not null
   uint32_t ack_seq = 0;
-  Connection* resume = nullptr;
+  bool resume = false;
+  // A buffered message was consumed: its delivery acknowledgement (if the sender asked for one)
+  // goes back through the connection it came on, and a connection that stalled may go on.
+  auto consumed = [&](const Unexpected* u) {
+    if (u->in.ack == AckWanted::kDelivered && u->in.via != nullptr) {
+      ack_seq = u->in.seq;
+      ack_conn = u->in.via;
+      borrowed_.fetch_add(1, std::memory_order_relaxed);
+    }
+    resume = std::exchange(stalled_, false) || resume;
+  };
   {
     std::lock_guard lock(mu_);
     if (!enabled_ || failed_ || srx_ != nullptr) return -FI_EOPBADSTATE;
@@ -626,12 +709,12 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
                              .flags = recv_flags(true) | (u->in.has_data ? FI_REMOTE_CQ_DATA : 0),
                              .len = u->in.len,
                              .data = u->in.has_data ? u->in.data : 0,
-                             .tag = u->in.tag};
+                             .tag = u->in.tag,
+                             .src_addr = source_of(u->in)};
           if (!cq->queue().write(c).ok()) return -FI_EAGAIN;
           if (r.flags & FI_DISCARD) {
-            if (u->in.ack == AckWanted::kDelivered) ack_seq = u->in.seq, ack_conn = conn_.get();
+            consumed(u);
             queue_.remove(u);
-            resume = std::exchange(stalled_, false) ? conn_.get() : nullptr;
           } else if (r.flags & FI_CLAIM) {
             u->claimed_by = r.context;
           }
@@ -649,9 +732,8 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
         } else {
           deliver_unexpected(r, *u, &cq_events);
         }
-        if (u->in.ack == AckWanted::kDelivered) ack_seq = u->in.seq, ack_conn = conn_.get();
+        consumed(u);
         queue_.remove(u);
-        resume = std::exchange(stalled_, false) ? conn_.get() : nullptr;
       }
     } else {
       if (queue_.full()) return -FI_EAGAIN;
@@ -668,24 +750,39 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
       } else if (Unexpected* u = queue_.find_unexpected(r.tagged, r.tag, r.ignore)) {
         if (u->complete) {
           deliver_unexpected(r, *u, &cq_events);
-          if (u->in.ack == AckWanted::kDelivered) ack_seq = u->in.seq, ack_conn = conn_.get();
+          consumed(u);
           queue_.remove(u);
-          resume = std::exchange(stalled_, false) ? conn_.get() : nullptr;
         } else {
           u->taker = r;  // completes when the rest of it arrives
         }
       } else {
         queue_.post(r);
-        resume = std::exchange(stalled_, false) ? conn_.get() : nullptr;
+        resume = std::exchange(stalled_, false);
       }
     }
   }
   raise(domain_, this, action.events);
   raise(domain_, cq, cq_events);
-  if (ack_conn != nullptr) ack_conn->ack_delivered(ack_seq);
-  if (resume != nullptr) resume->resume();
+  if (ack_conn != nullptr) {
+    ack_conn->ack_delivered(ack_seq);
+    borrowed_.fetch_sub(1, std::memory_order_release);
+  }
+  if (resume) wake_stalled();
   raise_deferred();
   return 0;
+}
+
+void Endpoint::wake_stalled() {
+  // Set before any message could stall (fi_connect, fi_enable), and kept until close.
+  Connection* c = nullptr;
+  Listener* l = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    c = conn_.get();
+    l = listener_.get();
+  }
+  if (c != nullptr) c->resume();
+  if (l != nullptr) l->resume();
 }
 
 ssize_t Endpoint::cancel(void* context) {
@@ -730,9 +827,10 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
   p->iov_count = 0;
   p->capacity = 0;
   if (failed_) {
-    inflight_ = Inflight::kDiscard;
+    p->kind = Placement::Kind::kDiscard;
     return true;
   }
+  Unexpected* unexpected = nullptr;
   Cq* cq = rx_cq();
   std::optional<PostedRecv> r;
   if (srx_ != nullptr) {
@@ -754,24 +852,26 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
     } else {
       if (cq != nullptr) cq->queue().cancel_reservation(1);
       if (!srx_->queue_.room_for(in.len)) return stall_locked();
-      inflight_unexpected_ = srx_->queue_.add_unexpected(this, in);
+      unexpected = srx_->queue_.add_unexpected(this, in);
     }
   } else {
     r = queue_.take_match(in);
     if (!r) {
       if (!queue_.room_for(in.len)) return stall_locked();
-      inflight_unexpected_ = queue_.add_unexpected(this, in);
+      unexpected = queue_.add_unexpected(this, in);
     }
   }
   if (r) {
-    inflight_ = Inflight::kPosted;
-    inflight_recv_ = *r;
+    p->kind = Placement::Kind::kPosted;
+    p->recv = *r;
+    ++placing_;
     for (size_t i = 0; i < r->iov_count; ++i) p->iov[i] = r->iov[i];
     p->iov_count = r->iov_count;
     p->capacity = r->len;
   } else {
-    inflight_ = Inflight::kUnexpected;
-    p->iov[0] = {inflight_unexpected_->data.get(), in.len};
+    p->kind = Placement::Kind::kUnexpected;
+    p->unexpected = unexpected;
+    p->iov[0] = {unexpected->data.get(), in.len};
     p->iov_count = 1;
     p->capacity = in.len;
   }
@@ -789,24 +889,25 @@ bool Endpoint::take_retry() {
 }
 
 void Endpoint::resume_if_stalled() {
-  Connection* c = nullptr;
+  bool stalled;
   {
     std::lock_guard lock(mu_);
-    if (std::exchange(stalled_, false)) c = conn_.get();
+    stalled = std::exchange(stalled_, false);
   }
-  if (c != nullptr) c->resume();
+  if (stalled) wake_stalled();
 }
 
-bool Endpoint::placed(const Incoming& in, const Placement& p) {
+bool Endpoint::placed(const Incoming& in, Placement* p) {
   std::vector<uint32_t> events;
   bool ack_now = in.ack == AckWanted::kDelivered;
   std::lock_guard lock(mu_);
-  switch (std::exchange(inflight_, Inflight::kNone)) {
-    case Inflight::kPosted:
-      complete_recv(inflight_recv_, in, std::min(in.len, p.capacity), &events);
+  switch (std::exchange(p->kind, Placement::Kind::kNone)) {
+    case Placement::Kind::kPosted:
+      --placing_;
+      complete_recv(p->recv, in, std::min(in.len, p->capacity), &events);
       break;
-    case Inflight::kUnexpected: {
-      Unexpected* u = std::exchange(inflight_unexpected_, nullptr);
+    case Placement::Kind::kUnexpected: {
+      Unexpected* u = std::exchange(p->unexpected, nullptr);
       std::unique_lock<std::mutex> slock;
       if (srx_ != nullptr) slock = std::unique_lock(srx_->mu_);
       u->complete = true;
@@ -819,18 +920,57 @@ bool Endpoint::placed(const Incoming& in, const Placement& p) {
       }
       break;
     }
-    case Inflight::kDiscard:
-    case Inflight::kNone:
+    case Placement::Kind::kDiscard:
+    case Placement::Kind::kNone:
       break;
   }
   raise_later(domain_, rx_cq(), events);
   return ack_now;
 }
 
+void Endpoint::unplace(Placement* p) {
+  std::lock_guard lock(mu_);
+  std::unique_lock<std::mutex> slock;
+  if (srx_ != nullptr) slock = std::unique_lock(srx_->mu_);
+  std::optional<PostedRecv> back;
+  switch (std::exchange(p->kind, Placement::Kind::kNone)) {
+    case Placement::Kind::kPosted:
+      --placing_;
+      back = p->recv;
+      break;
+    case Placement::Kind::kUnexpected: {
+      Unexpected* u = std::exchange(p->unexpected, nullptr);
+      back = u->taker;
+      queue_locked().remove(u);
+      break;
+    }
+    default:
+      return;
+  }
+  if (!back) return;
+  if (failed_) {
+    // Too late to go back: the endpoint failed its receives already; so does this one.
+    std::vector<uint32_t> events;
+    if (Cq* cq = rx_cq(); cq != nullptr) {
+      events = cq->complete_error(recv_error(*back, FI_EIO, 0));
+    }
+    if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
+    raise_later(domain_, rx_cq(), events);
+    return;
+  }
+  // A shared receive takes its CQ slot when a message picks it; a receive of this endpoint's
+  // own keeps the one it took when posted.
+  if (srx_ != nullptr) {
+    if (Cq* cq = rx_cq(); cq != nullptr) cq->queue().cancel_reservation(1);
+    back->owner = nullptr;
+  }
+  queue_locked().post_front(*back);
+}
+
 // --- sending
 
-ssize_t Endpoint::post_send(const iovec* iov, size_t count, void* context, uint64_t flags,
-                            bool tagged, uint64_t tag, bool has_data, uint64_t data,
+ssize_t Endpoint::post_send(const iovec* iov, size_t count, fi_addr_t dest, void* context,
+                            uint64_t flags, bool tagged, uint64_t tag, bool has_data, uint64_t data,
                             bool inject_call) {
   if (count > kMaxIov || (count > 0 && iov == nullptr)) return -FI_EINVAL;
   size_t len = 0;
@@ -840,18 +980,32 @@ ssize_t Endpoint::post_send(const iovec* iov, size_t count, void* context, uint6
   if (copy && len > kInjectSize) return -FI_EMSGSIZE;
   TxOp* op = nullptr;
   uint32_t index = 0;
-  Connection* conn = nullptr;
+  Connection* conn = nullptr;  // RDM: borrowed (borrowed_) until submitted
+  bool fresh = false;          // RDM: a new connection, to be connected once mu_ is released
+  sockaddr_in peer{};
+  std::vector<std::unique_ptr<Connection>> dead;  // freed once mu_ is released
   FaultAction action;
   std::vector<uint32_t> cq_events;
   {
     std::lock_guard lock(mu_);
     if (!enabled_ || failed_) return -FI_EOPBADSTATE;
-    conn = conn_.get();
-    if (conn == nullptr || !conn->connected()) return -FI_ENOTCONN;
+    if (!rdm_) {
+      conn = conn_.get();
+      if (conn == nullptr || !conn->connected()) return -FI_ENOTCONN;
+    }
     if (tx_free_.empty()) return -FI_EAGAIN;
     const bool reserve = tx_cq_ != nullptr && !inject_call;
     if (reserve) {
       if (core::Status s = tx_cq_->queue().reserve(1); !s.ok()) return s.to_fi();
+    }
+    if (rdm_) {
+      int err = 0;
+      conn = peer_locked(dest, &fresh, &peer, &dead, &err);
+      if (conn == nullptr) {
+        if (reserve) tx_cq_->queue().cancel_reservation(1);
+        return err;
+      }
+      borrowed_.fetch_add(1, std::memory_order_relaxed);
     }
     index = tx_free_.back();
     tx_free_.pop_back();
@@ -867,6 +1021,7 @@ ssize_t Endpoint::post_send(const iovec* iov, size_t count, void* context, uint6
     op->level = level_of((flags & kCompletionLevels) ? flags : tx_op_flags_);
     op->seq = (tx_gen_++ << kSeqIndexBits) | index;
     op->len = len;
+    op->conn = conn;
     if (copy) {
       size_t off = 0;
       for (size_t i = 0; i < count; ++i) {
@@ -896,18 +1051,55 @@ ssize_t Endpoint::post_send(const iovec* iov, size_t count, void* context, uint6
       op = nullptr;
     }
   }
+  dead.clear();
   raise(domain_, this, action.events);
   raise(domain_, tx_cq_, cq_events);
-  if (op == nullptr) return 0;
-  if (const int rc = conn->submit(op); rc != 0) {
+  int rc = op != nullptr ? conn->submit(op) : 0;
+  // RDM: a new connection is connected after its first send is queued on it, so that a
+  // refusal known at once fails that send like any later one.
+  if (fresh) conn->connect(peer, &rdm_name_, sizeof(rdm_name_));
+  if (rdm_) borrowed_.fetch_sub(1, std::memory_order_release);
+  if (rc != 0) {
     std::lock_guard lock(mu_);
     if (tx_reserved_[index]) tx_cq_->queue().cancel_reservation(1);
     tx_state_[index] = kFree;
     tx_free_.push_back(index);
-    return rc;
+    // RDM: the connection closed between lookup and submit; the next try makes a new one.
+    return rdm_ && rc == -FI_ENOTCONN ? -FI_EAGAIN : rc;
   }
   raise_deferred();
   return 0;
+}
+
+Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer,
+                                  std::vector<std::unique_ptr<Connection>>* dead, int* err) {
+  sockaddr_in sa{};
+  if (av_ == nullptr || !av_->lookup(dest, &sa)) {
+    *err = -FI_EINVAL;
+    return nullptr;
+  }
+  if (dest >= peers_.size()) peers_.resize(dest + 1);
+  Peer& p = peers_[dest];
+  if (p.conn != nullptr && p.conn->open() && p.addr.sin_addr.s_addr == sa.sin_addr.s_addr &&
+      p.addr.sin_port == sa.sin_port) {
+    return p.conn.get();
+  }
+  // The AV entry changed, or the last connection to it closed (its sends were failed then).
+  // Another thread may still be submitting to it: it is freed once none borrows one.
+  if (p.conn != nullptr) retired_.push_back(std::move(p.conn));
+  if (borrowed_.load(std::memory_order_acquire) == 0) {
+    for (auto& c : retired_) dead->push_back(std::move(c));
+    retired_.clear();
+  }
+  p.conn.reset(make_connection(this, nullptr, err));
+  if (p.conn == nullptr) {
+    if (*err == 0) *err = -FI_ENOMEM;
+    return nullptr;
+  }
+  p.addr = sa;
+  *peer = sa;
+  *fresh = true;
+  return p.conn.get();
 }
 
 void Endpoint::finish_send(uint32_t index, int err, std::vector<uint32_t>* events) {
@@ -960,12 +1152,15 @@ void Endpoint::tx_lost(TxOp* op, int err) {
   raise_later(domain_, tx_cq_, events);
 }
 
-bool Endpoint::tx_acked(uint32_t seq, bool delivered) {
+bool Endpoint::tx_acked(const Connection* c, uint32_t seq, bool delivered) {
   std::vector<uint32_t> events;
   {
     std::lock_guard lock(mu_);
     const uint32_t index = seq & ((1u << kSeqIndexBits) - 1);
-    if (index >= tx_size_ || tx_state_[index] != kWritten || tx_[index].seq != seq) return false;
+    if (index >= tx_size_ || tx_state_[index] != kWritten || tx_[index].seq != seq ||
+        tx_[index].conn != c) {
+      return false;
+    }
     const TxLevel want = delivered ? TxLevel::kDelivery : TxLevel::kTransmit;
     if (tx_[index].level != want) return false;
     finish_send(index, 0, &events);
@@ -974,12 +1169,12 @@ bool Endpoint::tx_acked(uint32_t seq, bool delivered) {
   return true;
 }
 
-void Endpoint::abort_sends(int err) {
+void Endpoint::abort_sends(Connection* c, int err) {
   std::vector<uint32_t> events;
   {
     std::lock_guard lock(mu_);
     for (uint32_t i = 0; i < tx_size_; ++i) {
-      if (tx_state_[i] != kFree) finish_send(i, err, &events);
+      if (tx_state_[i] != kFree && tx_[i].conn == c) finish_send(i, err, &events);
     }
   }
   raise_later(domain_, tx_cq_, events);
@@ -1110,7 +1305,7 @@ ssize_t Srx::post_recv(const PostedRecv& posted) {
   std::vector<uint32_t> cq_events;
   Endpoint* from = nullptr;
   uint32_t ack_seq = 0;
-  bool ack = false;
+  Connection* ack_conn = nullptr;  // borrowed (from->borrowed_) while not null
   {
     std::lock_guard lock(mu_);
     if (failed_) return -FI_EOPBADSTATE;
@@ -1124,8 +1319,11 @@ ssize_t Srx::post_recv(const PostedRecv& posted) {
       if (cq != nullptr && !cq->queue().reserve(1).ok()) return -FI_EAGAIN;
       r.owner = from;
       from->deliver_unexpected(r, *u, &cq_events);
-      ack = u->in.ack == AckWanted::kDelivered;
-      ack_seq = u->in.seq;
+      if (u->in.ack == AckWanted::kDelivered && u->in.via != nullptr) {
+        ack_seq = u->in.seq;
+        ack_conn = u->in.via;
+        from->borrowed_.fetch_add(1, std::memory_order_relaxed);
+      }
       queue_.remove(u);
     } else if (u != nullptr) {
       // Still arriving: it completes on its endpoint's receive CQ, so the slot is taken there.
@@ -1140,7 +1338,10 @@ ssize_t Srx::post_recv(const PostedRecv& posted) {
   raise(domain_, this, action.events);
   if (from != nullptr) {
     raise(domain_, from->rx_cq(), cq_events);
-    if (Connection* c = from->connection(); c != nullptr && ack) c->ack_delivered(ack_seq);
+    if (ack_conn != nullptr) {
+      ack_conn->ack_delivered(ack_seq);
+      from->borrowed_.fetch_sub(1, std::memory_order_release);
+    }
   }
   // A receive was posted or a buffered message consumed: a connection that stalled for want
   // of either may go on.
@@ -1180,7 +1381,7 @@ int open_endpoint(fid_domain* domain_fid, fi_info* info, fid_ep** out, void* con
   Domain* domain = Domain::from_fid(domain_fid ? &domain_fid->fid : nullptr);
   if (domain == nullptr || info == nullptr || out == nullptr) return -FI_EINVAL;
   if (info->ep_attr != nullptr && info->ep_attr->type != FI_EP_MSG &&
-      info->ep_attr->type != FI_EP_UNSPEC) {
+      info->ep_attr->type != FI_EP_RDM && info->ep_attr->type != FI_EP_UNSPEC) {
     return -FI_EINVAL;
   }
   if (domain->failed()) return -FI_EOPBADSTATE;

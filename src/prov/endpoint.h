@@ -1,9 +1,20 @@
-// fabq provider: FI_EP_MSG endpoints and shared receive contexts (fi_endpoint(3), fi_cm(3),
-// fi_msg(3), fi_tagged(3)).
+// fabq provider: FI_EP_MSG and FI_EP_RDM endpoints and shared receive contexts
+// (fi_endpoint(3), fi_cm(3), fi_msg(3), fi_tagged(3)).
 //
-// An endpoint is the libfabric object: its bindings (EQ, CQs, counters, SRX), its transmit
+// An endpoint is the libfabric object: its bindings (EQ, AV, CQs, counters, SRX), its transmit
 // ring, its receive queue (or its SRX's), matching, completions and counters. Bytes move in
-// the transport (prov/transport.h), through the endpoint's Connection.
+// the transport (prov/transport.h): an MSG endpoint through its one Connection; an RDM endpoint
+// through one outgoing Connection per peer it sends to, made on its first send to that peer's
+// fi_addr_t, and the connections its Listener accepts from peers that send to it.
+//
+// RDM (reliable, unconnected): fi_enable opens the listener at the endpoint's source address
+// (fi_getname gives it). A send to an fi_addr_t of the bound AV is queued on the connection to
+// that peer and written once it is established; messages from one endpoint to another arrive in
+// order. A peer that cannot be reached, refuses, or goes away fails the sends queued to it (an
+// error completion: FI_ECONNREFUSED, FI_ETIMEDOUT, FI_EHOSTUNREACH, FI_ECONNABORTED); the
+// endpoint itself stays usable, and the next send to that peer connects anew. With FI_SOURCE,
+// a receive completion's source is the sender's fi_addr_t in the AV (FI_ADDR_NOTAVAIL when the
+// AV does not hold it).
 //
 // Sends: fi_send, sendv, sendmsg, inject, senddata, injectdata and the tagged equivalents. A
 // send takes a slot of the transmit ring (tx_attr.size; none free: -FI_EAGAIN) and, when a
@@ -42,6 +53,7 @@
 
 namespace fabq::prov {
 
+class Av;
 class Cntr;
 class Cq;
 class Domain;
@@ -65,21 +77,28 @@ class Endpoint final : public Object, public AsyncTarget {
   // The address fi_getinfo gave it (port 0 until it connects).
   const sockaddr_in& src_addr() const { return src_; }
   size_t max_msg_size() const { return max_msg_size_; }
+  bool rdm() const { return rdm_; }
+  // RDM: the listener's address once enabled (what a peer inserts in its AV).
+  const sockaddr_in& rdm_name() const { return rdm_name_; }
 
   // --- For the transport (prov/transport.h), called holding the connection's lock.
   // Where `in`'s payload goes. False: no room now (the connection stalls and asks again).
   bool place(const Incoming& in, Placement* p);
   // `in`'s payload has arrived whole. True: send the delivery acknowledgement now.
-  bool placed(const Incoming& in, const Placement& p);
+  bool placed(const Incoming& in, Placement* p);
+  // The connection ended inside the message `p` was placing: its receive goes back to the
+  // head of the queue (a buffered part is dropped), as if the message had never come.
+  void unplace(Placement* p);
   // A send is written whole to the kernel / acknowledged by the peer. tx_acked() is false for a
   // sequence number that names no send awaiting that acknowledgement (a protocol violation).
   void tx_written(TxOp* op);
   // A send the connection will not carry (a net=drop fault): it completes as if the peer never
   // answered: successfully at the inject level, with `err` at the others.
   void tx_lost(TxOp* op, int err);
-  bool tx_acked(uint32_t seq, bool delivered);
-  // The connection is gone: every send not completed yet completes with `err`.
-  void abort_sends(int err);
+  bool tx_acked(const Connection* c, uint32_t seq, bool delivered);
+  // Connection `c` is gone or never came up: every send submitted to it and not completed
+  // yet completes with `err`.
+  void abort_sends(Connection* c, int err);
   // A CM event for the EQ (FI_CONNECTED with the peer's data, FI_SHUTDOWN), or an error entry.
   void cm_event(uint32_t event, const void* data, size_t len);
   void cm_error(int err, const void* data, size_t len);
@@ -90,6 +109,9 @@ class Endpoint final : public Object, public AsyncTarget {
   // After place() refused: true when only a full CQ stood in the way, which no post will
   // change, so the connection retries at every progress round instead of waiting for one.
   bool take_retry();
+  // The listener may free a closed connection it accepted: no buffered message came through it
+  // and no thread holds it outside the endpoint's lock.
+  bool can_free(const Connection* c);
 
  private:
   friend struct EpOps;
@@ -99,13 +121,23 @@ class Endpoint final : public Object, public AsyncTarget {
   friend int open_endpoint(fid_domain*, fi_info*, fid_ep**, void*);
   ssize_t post_recv(const PostedRecv& r);
   ssize_t cancel(void* context);
-  ssize_t post_send(const iovec* iov, size_t count, void* context, uint64_t flags, bool tagged,
-                    uint64_t tag, bool has_data, uint64_t data, bool inject_call);
+  ssize_t post_send(const iovec* iov, size_t count, fi_addr_t dest, void* context, uint64_t flags,
+                    bool tagged, uint64_t tag, bool has_data, uint64_t data, bool inject_call);
+  // RDM: the connection to `dest` (made if there is none, or the last one closed), under mu_.
+  // *fresh says it is new and must be connected once mu_ is released; a closed one it replaces
+  // goes to *dead, to be destroyed then too.
+  Connection* peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer,
+                          std::vector<std::unique_ptr<Connection>>* dead, int* err);
+  // Resumes the connections that may have stalled for want of a receive or buffer room.
+  void wake_stalled();
+  int enable_locked();
   RecvQueue& queue_locked();
   bool stall_locked();
   // Completes a receive with the message `in` whose payload is in `p` (placed bytes `placed`).
   void complete_recv(const PostedRecv& r, const Incoming& in, size_t placed,
                      std::vector<uint32_t>* events);
+  // FI_SOURCE: the sender's fi_addr_t, or FI_ADDR_NOTAVAIL.
+  fi_addr_t source_of(const Incoming& in) const;
   // Copies a buffered message into `r` and completes it.
   void deliver_unexpected(const PostedRecv& r, const Unexpected& u, std::vector<uint32_t>* events);
   void finish_send(uint32_t index, int err, std::vector<uint32_t>* events);
@@ -135,20 +167,35 @@ class Endpoint final : public Object, public AsyncTarget {
   Cntr* tx_cntr_ = nullptr;
   Cntr* rx_cntr_ = nullptr;
   Srx* srx_ = nullptr;
+  Av* av_ = nullptr;  // RDM
+  const bool rdm_;
+  const bool source_;  // FI_SOURCE asked for
+  sockaddr_in rdm_name_{};
   RecvQueue queue_;
-  // The message the connection is placing now (one at a time per connection).
-  enum class Inflight : uint8_t { kNone, kPosted, kUnexpected, kDiscard };
-  Inflight inflight_ = Inflight::kNone;
-  PostedRecv inflight_recv_;
-  Unexpected* inflight_unexpected_ = nullptr;
+  // Messages being placed into posted receives now (each holds a receive CQ slot).
+  size_t placing_ = 0;
   // Transmit ring: slots, free indices, whether each is in use, the next generation.
   std::vector<TxOp> tx_;
   std::vector<uint32_t> tx_free_;
   std::vector<uint8_t> tx_state_;     // 0 free, 1 submitted, 2 written (awaiting an ack)
   std::vector<uint8_t> tx_reserved_;  // holds a transmit CQ slot
   uint32_t tx_gen_ = 0;
-  // Created by fi_connect, or at open for an endpoint opened from a CONNREQ. Destroyed first.
+  // MSG: created by fi_connect, or at open for an endpoint opened from a CONNREQ. RDM: the
+  // listener, opened by fi_enable, and the outgoing connection to each peer, indexed by
+  // fi_addr_t (with the address it was made for). All destroyed first.
   std::unique_ptr<Connection> conn_;
+  std::unique_ptr<Listener> listener_;
+  struct Peer {
+    sockaddr_in addr{};
+    std::unique_ptr<Connection> conn;
+  };
+  std::vector<Peer> peers_;
+  // Replaced outgoing connections, freed once no thread borrows one.
+  std::vector<std::unique_ptr<Connection>> retired_;
+  // Threads using a connection they found under mu_ after releasing it (a send submitting, a
+  // delivery acknowledgement going out). Incremented under mu_ (or the SRX's lock); a
+  // connection is freed only while it is zero, looked at under the same locks.
+  std::atomic<int> borrowed_{0};
 };
 
 class Srx final : public Object, public AsyncTarget {

@@ -23,16 +23,23 @@
 namespace fabq::prov {
 namespace {
 
-// What fabq provides: connected (FI_EP_MSG) endpoints over TCP with messages and tagged
-// messages (prov/endpoint.h).
+// What fabq provides: connected (FI_EP_MSG) and reliable unconnected (FI_EP_RDM) endpoints
+// over TCP with messages and tagged messages (prov/endpoint.h); RDM receives can name their
+// source (FI_SOURCE).
 constexpr uint64_t kTxCaps = FI_MSG | FI_TAGGED | FI_SEND;
 constexpr uint64_t kRxCaps = FI_MSG | FI_TAGGED | FI_RECV;
 constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 constexpr uint64_t kCaps = kTxCaps | kRxCaps | kDomainCaps;
+constexpr uint64_t kRdmCaps = kCaps | FI_SOURCE;
+constexpr uint64_t kRdmRxCaps = kRxCaps | FI_SOURCE;
+
+uint64_t caps_of(fi_ep_type type) {
+  return type == FI_EP_RDM ? kRdmCaps : kCaps;
+}
 constexpr uint64_t kMsgOrder = FI_ORDER_SAS;
 constexpr uint64_t kCompOrder = FI_ORDER_NONE;
 constexpr uint64_t kTxOpFlags =
-    FI_COMPLETION | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
+    FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
 constexpr uint64_t kRxOpFlags = FI_COMPLETION;
 constexpr size_t kQueueDepth = 1024;
 constexpr size_t kIovLimit = kMaxIov;
@@ -144,7 +151,7 @@ bool av_type_ok(int a) {
 
 bool tx_ok(const fi_tx_attr* h) {
   if (h == nullptr) return true;
-  return subset(h->caps, kCaps) && subset(h->op_flags, kTxOpFlags) &&
+  return subset(h->caps, kTxCaps | kDomainCaps) && subset(h->op_flags, kTxOpFlags) &&
          subset(h->msg_order, kMsgOrder) && subset(h->comp_order, kCompOrder) &&
          h->inject_size <= kInjectSize && h->size <= kQueueDepth && h->iov_limit <= kIovLimit &&
          h->rma_iov_limit == 0;
@@ -152,7 +159,7 @@ bool tx_ok(const fi_tx_attr* h) {
 
 bool rx_ok(const fi_rx_attr* h) {
   if (h == nullptr) return true;
-  return subset(h->caps, kCaps) && subset(h->op_flags, kRxOpFlags) &&
+  return subset(h->caps, kRdmRxCaps | kDomainCaps) && subset(h->op_flags, kRxOpFlags) &&
          subset(h->msg_order, kMsgOrder) && subset(h->comp_order, kCompOrder) &&
          h->total_buffered_recv <= kMaxMsgSize && h->size <= kQueueDepth &&
          h->iov_limit <= kIovLimit;
@@ -162,7 +169,7 @@ bool ep_ok(const fi_ep_attr* h) {
   if (h == nullptr) return true;
   const bool one_ctx = h->tx_ctx_cnt <= 1 && h->rx_ctx_cnt <= 1;
   const int type = raw_enum(h->type);
-  return (type == FI_EP_UNSPEC || type == FI_EP_MSG) &&
+  return (type == FI_EP_UNSPEC || type == FI_EP_MSG || type == FI_EP_RDM) &&
          (h->protocol == FI_PROTO_UNSPEC || h->protocol == kProtocol) &&
          h->protocol_version <= kProtocolVersion && h->max_msg_size <= kMaxMsgSize &&
          h->msg_prefix_size == 0 && h->max_order_raw_size == 0 && h->max_order_war_size == 0 &&
@@ -203,13 +210,13 @@ bool pick_mr_mode(uint32_t version, const fi_info* hints, int* out) {
   return true;
 }
 
-fi_info* make_info(uint32_t version, const fi_info* hints, const Iface& iface,
+fi_info* make_info(uint32_t version, const fi_info* hints, fi_ep_type type, const Iface& iface,
                    const std::optional<sockaddr_in>& src, const std::optional<sockaddr_in>& dest,
                    int mr_mode) {
   fi_info* info = fi_allocinfo();
   if (info == nullptr) return nullptr;
   const uint64_t asked_caps = hints != nullptr ? hints->caps : 0;
-  info->caps = asked_caps != 0 ? asked_caps : kCaps;
+  info->caps = asked_caps != 0 ? asked_caps : caps_of(type);
   info->mode = 0;
   info->addr_format = FI_SOCKADDR_IN;
   // A passive endpoint (or a CONNREQ) named in the hints goes on to the endpoint it opens.
@@ -233,7 +240,7 @@ fi_info* make_info(uint32_t version, const fi_info* hints, const Iface& iface,
   tx->rma_iov_limit = 0;
 
   fi_rx_attr* rx = info->rx_attr;
-  rx->caps = info->caps & kRxCaps;
+  rx->caps = info->caps & kRdmRxCaps;
   rx->mode = 0;
   rx->op_flags = hints && hints->rx_attr ? hints->rx_attr->op_flags : 0;
   rx->msg_order = kMsgOrder;
@@ -243,7 +250,7 @@ fi_info* make_info(uint32_t version, const fi_info* hints, const Iface& iface,
   rx->iov_limit = kIovLimit;
 
   fi_ep_attr* ep = info->ep_attr;
-  ep->type = FI_EP_MSG;
+  ep->type = type;
   ep->protocol = kProtocol;
   ep->protocol_version = kProtocolVersion;
   ep->max_msg_size = kMaxMsgSize;
@@ -318,7 +325,7 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
   if (FI_VERSION_LT(kApiVersion, version)) return -FI_ENODATA;
 
   if (hints != nullptr) {
-    if (!subset(hints->caps, kCaps)) return -FI_ENODATA;
+    if (!subset(hints->caps, kRdmCaps)) return -FI_ENODATA;
     if (hints->addr_format != FI_FORMAT_UNSPEC && hints->addr_format != FI_SOCKADDR &&
         hints->addr_format != FI_SOCKADDR_IN) {
       return -FI_ENODATA;
@@ -353,6 +360,14 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
     local_ip = route_source(*dest);
   }
 
+  // The endpoint types asked for, MSG first.
+  std::vector<fi_ep_type> types;
+  const int asked_type =
+      hints != nullptr && hints->ep_attr != nullptr ? raw_enum(hints->ep_attr->type) : FI_EP_UNSPEC;
+  for (fi_ep_type t : {FI_EP_MSG, FI_EP_RDM}) {
+    const bool caps_fit = hints == nullptr || subset(hints->caps, caps_of(t));
+    if ((asked_type == FI_EP_UNSPEC || asked_type == t) && caps_fit) types.push_back(t);
+  }
   fi_info* head = nullptr;
   fi_info** tail = &head;
   for (const Iface& iface : list_ifaces()) {
@@ -361,13 +376,15 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
         (!domain_ok(hints->domain_attr, iface) || !fabric_ok(hints->fabric_attr, iface))) {
       continue;
     }
-    fi_info* one = make_info(version, hints, iface, src, dest, mr_mode);
-    if (one == nullptr) {
-      fi_freeinfo(head);
-      return -FI_ENOMEM;
+    for (fi_ep_type t : types) {
+      fi_info* one = make_info(version, hints, t, iface, src, dest, mr_mode);
+      if (one == nullptr) {
+        fi_freeinfo(head);
+        return -FI_ENOMEM;
+      }
+      *tail = one;
+      tail = &one->next;
     }
-    *tail = one;
-    tail = &one->next;
   }
   if (head == nullptr) return -FI_ENODATA;
   *info = head;

@@ -81,6 +81,11 @@ void RecvQueue::remove(Unexpected* u) {
   }
 }
 
+bool RecvQueue::refers_to(const Connection* c) const {
+  return std::any_of(unexpected_.begin(), unexpected_.end(),
+                     [c](const Unexpected& u) { return u.in.via == c; });
+}
+
 void RecvQueue::drop_from(Endpoint* from) {
   for (auto it = unexpected_.begin(); it != unexpected_.end();) {
     if (it->from == from) {

@@ -28,19 +28,6 @@ namespace fabq::prov {
 
 class Endpoint;
 
-struct PostedRecv {
-  void* context = nullptr;
-  uint64_t flags = 0;          // FI_COMPLETION, FI_CLAIM, FI_DISCARD as posted
-  bool default_flags = false;  // fi_recv & co.: the endpoint's rx op_flags apply
-  bool tagged = false;
-  uint64_t tag = 0;
-  uint64_t ignore = 0;
-  size_t iov_count = 0;
-  iovec iov[kMaxIov] = {};
-  size_t len = 0;
-  Endpoint* owner = nullptr;  // the endpoint whose receive CQ holds its credit (null: none yet)
-};
-
 struct Unexpected {
   Endpoint* from = nullptr;  // the endpoint it arrived on
   Incoming in;
@@ -59,6 +46,8 @@ class RecvQueue {
   size_t posted() const { return posted_.size(); }
   bool full() const { return posted_.size() >= capacity_; }
   void post(const PostedRecv& r) { posted_.push_back(r); }
+  // Back at the head: a receive whose message broke off keeps its place in the order.
+  void post_front(const PostedRecv& r) { posted_.insert(posted_.begin(), r); }
   // The oldest posted receive `in` matches, removed; nullopt when none.
   std::optional<PostedRecv> take_match(const Incoming& in);
   // The posted receive with this context, removed (fi_cancel).
@@ -75,6 +64,8 @@ class RecvQueue {
   Unexpected* find_unexpected(bool tagged, uint64_t tag, uint64_t ignore);
   Unexpected* find_claimed(void* context);
   void remove(Unexpected* u);
+  // Whether a buffered message came through `c` (its delivery acknowledgement goes back there).
+  bool refers_to(const Connection* c) const;
   // Forgets every message that arrived on `from` (it is closing).
   void drop_from(Endpoint* from);
 

@@ -29,8 +29,10 @@
 
 namespace fabq::prov {
 
+class Connection;
 class Endpoint;
 class Fabric;
+struct Unexpected;
 
 inline constexpr size_t kMaxIov = 4;        // tx_attr/rx_attr iov_limit
 inline constexpr size_t kInjectSize = 64;   // tx_attr inject_size
@@ -59,6 +61,7 @@ struct TxOp {
   size_t len = 0;
   size_t iov_count = 0;
   iovec iov[kMaxIov] = {};
+  Connection* conn = nullptr;  // the connection it is submitted to (an RDM endpoint has many)
   unsigned char inject[kInjectSize] = {};  // fi_inject / FI_INJECT: the data, copied
   // Owned by the transport while submitted:
   unsigned char header[32] = {};
@@ -77,15 +80,39 @@ struct Incoming {
   uint64_t tag = 0;
   uint64_t data = 0;
   size_t len = 0;
+  // RDM: the name (listening address) the sending endpoint announced when it connected, for
+  // FI_SOURCE; family AF_UNSPEC on MSG connections.
+  sockaddr_in from{};
+  // RDM: the connection it arrived on, for its delivery acknowledgement.
+  Connection* via = nullptr;
+};
+
+// A receive an application posted, as endpoints and SRX contexts keep it.
+struct PostedRecv {
+  void* context = nullptr;
+  uint64_t flags = 0;          // FI_COMPLETION, FI_CLAIM, FI_DISCARD as posted
+  bool default_flags = false;  // fi_recv & co.: the endpoint's rx op_flags apply
+  bool tagged = false;
+  uint64_t tag = 0;
+  uint64_t ignore = 0;
+  size_t iov_count = 0;
+  iovec iov[kMaxIov] = {};
+  size_t len = 0;
+  Endpoint* owner = nullptr;  // the endpoint whose receive CQ holds its credit (null: none yet)
 };
 
 // Where an endpoint wants an arriving message's payload: up to `capacity` bytes into `iov`;
-// the rest is read and discarded (truncation). `cookie` is the endpoint's own.
+// the rest is read and discarded (truncation). The connection keeps it from place() to
+// placed(); the fields after `capacity` are the endpoint's record of what it chose, opaque to
+// the transport (one message at a time per connection, many at once per RDM endpoint).
 struct Placement {
   iovec iov[kMaxIov + 1] = {};
   size_t iov_count = 0;
   size_t capacity = 0;
-  void* cookie = nullptr;
+  enum class Kind : uint8_t { kNone, kPosted, kUnexpected, kDiscard };
+  Kind kind = Kind::kNone;
+  PostedRecv recv;                   // kPosted: the receive it fills
+  Unexpected* unexpected = nullptr;  // kUnexpected: the buffer it fills
 };
 
 // A connection as an endpoint sees it. Implemented by the transport; owned by the endpoint.
@@ -109,6 +136,20 @@ class Connection {
   virtual int getname(void* addr, size_t* len) = 0;
   virtual int getpeer(void* addr, size_t* len) = 0;
   virtual bool connected() const = 0;
+  // False once the connection has closed, failed or been refused: it carries nothing more.
+  virtual bool open() const = 0;
+};
+
+// An RDM endpoint's listening socket. Every connection it accepts is an RDM endpoint's
+// connection to this one: it is accepted at once (no CM events), carries the peer's messages
+// into the endpoint, and lives until the listener is destroyed or the peer goes away.
+// Owned by the endpoint; calls as for Connection.
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  virtual int getname(void* addr, size_t* len) = 0;
+  // Receives were posted or buffered messages consumed: stalled connections may go on.
+  virtual void resume() = 0;
 };
 
 // One per fabric: the progress engine of every connection and listener on it.
@@ -131,5 +172,8 @@ Transport* make_transport(Fabric* fabric);
 Connection* make_connection(Endpoint* ep, fid_t handle, int* err);
 // fi_passive_ep.
 int open_passive_ep(fid_fabric* fabric, fi_info* info, fid_pep** pep, void* context);
+// An RDM endpoint's listener at `addr` (port 0: one the kernel picks). Null with *err set
+// (-FI_EADDRINUSE, -FI_EINVAL, -FI_EIO) on failure.
+Listener* open_listener(Endpoint* ep, const sockaddr_in& addr, int* err);
 
 }  // namespace fabq::prov

@@ -288,6 +288,7 @@ void Engine::thread_main() {
 Conn::Conn(Engine* engine, prov::Endpoint* ep, core::UniqueFd fd, size_t max_payload)
     : engine_(engine),
       ep_(ep),
+      rdm_(ep != nullptr && ep->rdm()),
       fd_(std::move(fd)),
       framer_(max_payload),
       rbuf_(new unsigned char[kReadBuffer]),
@@ -304,6 +305,11 @@ Conn::~Conn() {
 }
 
 void Conn::close_socket_locked() {
+  if (have_place_ && ep_ != nullptr) {
+    // Closed inside a message: whatever receive it was filling is not lost.
+    ep_->unplace(&place_);
+    have_place_ = false;
+  }
   if (fd_.valid()) {
     engine_->remove(fd_.get(), this);
     registered_ = false;
@@ -367,7 +373,7 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
       // Injected: refused as if the peer had called fi_reject without data.
       set_state(State::kClosed);
       reported_ = true;
-      ep_->cm_error(FI_ECONNREFUSED, nullptr, 0);
+      refused_locked(FI_ECONNREFUSED, nullptr, 0);
       return 0;
     case core::NetFault::kTimeout:
       // Injected: the request never gets an answer; the connect timer ends it.
@@ -378,9 +384,15 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
       break;
   }
   core::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return -FI_EIO;
+  if (!fd.valid()) {
+    if (!rdm_) return -FI_EIO;
+    set_state(State::kClosed);
+    refused_locked(FI_EIO, nullptr, 0);
+    return 0;
+  }
   set_socket_options(fd.get());
-  if (const sockaddr_in& src = ep_->src_addr(); src.sin_port != 0) {
+  // An RDM endpoint's source address is its listener's; it connects from any port.
+  if (const sockaddr_in& src = ep_->src_addr(); src.sin_port != 0 && !rdm_) {
     // A source port was asked for (fi_getinfo's service, or a passive endpoint's address
     // taken over through info->handle): connect from it.
     const int one = 1;
@@ -398,14 +410,40 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
     // Refused at once (nobody listens on a local port): reported like any other refusal.
     set_state(State::kClosed);
     reported_ = true;
-    ep_->cm_error(fi_errno_of(e), nullptr, 0);
+    refused_locked(fi_errno_of(e), nullptr, 0);
     return 0;
   }
   set_state(State::kConnecting);
   writing_ = true;
   update_interest_locked();
   engine_->set_deadline(this, connect_deadline());
-  return registered_ ? 0 : -FI_EIO;
+  if (registered_) return 0;
+  if (!rdm_) return -FI_EIO;
+  close_socket_locked();
+  refused_locked(FI_EIO, nullptr, 0);
+  return 0;
+}
+
+void Conn::refused_locked(int err, const void* data, size_t len) {
+  if (ep_ == nullptr) return;
+  if (rdm_) {
+    send_count_ = 0;
+    mid_frame_ = false;
+    ep_->abort_sends(this, err);
+  } else {
+    ep_->cm_error(err, data, len);
+  }
+}
+
+void Conn::start_inbound() {
+  std::lock_guard lock(mu_);
+  inbound_ = true;
+  set_socket_options(fd_.get());
+  socklen_t len = sizeof(peer_);
+  getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&peer_), &len);
+  set_state(State::kIncoming);
+  update_interest_locked();
+  engine_->set_deadline(this, connect_deadline());
 }
 
 void Conn::start_passive(PassiveEp* pep) {
@@ -463,7 +501,10 @@ int Conn::shutdown() {
 
 int Conn::submit(prov::TxOp* op) {
   std::lock_guard lock(mu_);
-  if (state() != State::kConnected || shutting_) return -FI_ENOTCONN;
+  // An RDM connection queues sends until it is established.
+  if (shutting_ || (rdm_ ? state() == State::kClosed : state() != State::kConnected)) {
+    return -FI_ENOTCONN;
+  }
   if (send_count_ == sendq_.size()) return -FI_EAGAIN;  // the transmit ring is no larger
   wire::Header h;
   h.op = op->tagged ? wire::Op::kTagged : wire::Op::kMsg;
@@ -536,7 +577,8 @@ bool Conn::flush_locked() {
     int cnt = 0;
     const bool with_ctrl = !mid_frame_ && ctrl_off_ < ctrl_.size();
     if (with_ctrl) iov[cnt++] = {ctrl_.data() + ctrl_off_, ctrl_.size() - ctrl_off_};
-    for (size_t i = 0; i < send_count_ && cnt + 1 + static_cast<int>(prov::kMaxIov) <= kIovBatch;
+    const size_t sendable = state() == State::kConnected ? send_count_ : 0;
+    for (size_t i = 0; i < sendable && cnt + 1 + static_cast<int>(prov::kMaxIov) <= kIovBatch;
          ++i) {
       prov::TxOp* op = sendq_[(send_head_ + i) % sendq_.size()];
       size_t skip = op->written;
@@ -624,7 +666,7 @@ void Conn::on_deadline() {
     case State::kAccepted:
       reported_ = true;
       close_socket_locked();
-      if (ep_ != nullptr) ep_->cm_error(FI_ETIMEDOUT, nullptr, 0);
+      refused_locked(FI_ETIMEDOUT, nullptr, 0);
       break;
     case State::kIncoming:
       close_socket_locked();
@@ -646,7 +688,7 @@ void Conn::on_ready(uint32_t events) {
     if (err != 0) {
       reported_ = true;
       close_socket_locked();
-      ep_->cm_error(fi_errno_of(err), nullptr, 0);
+      refused_locked(fi_errno_of(err), nullptr, 0);
       return;
     }
     if ((events & EPOLLOUT) == 0) return;
@@ -802,6 +844,11 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       case wire::Op::kConnReady:
         ok = s == State::kAccepted;
         break;
+      case wire::Op::kMsg:
+      case wire::Op::kTagged:
+        // On an RDM connection, messages flow only from the side that connected.
+        ok = s == State::kConnected && (!rdm_ || inbound_);
+        break;
       default:
         ok = s == State::kConnected;
         break;
@@ -818,6 +865,8 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       in_.data = h.data;
       in_.len = h.length;
       in_.seq = h.seq;
+      in_.from = peer_name_;
+      in_.via = this;
       in_.ack = (h.flags & wire::kWantDelivered)  ? prov::AckWanted::kDelivered
                 : (h.flags & wire::kWantReceived) ? prov::AckWanted::kReceived
                                                   : prov::AckWanted::kNone;
@@ -834,6 +883,20 @@ bool Conn::frame_done_locked() {
   const wire::Header& h = framer_.header();
   switch (h.op) {
     case wire::Op::kConnReq:
+      if (rdm_) {
+        // The peer endpoint's name, then accepted at once: an RDM endpoint takes every peer.
+        sockaddr_in name{};
+        if (h.length == sizeof(name)) std::memcpy(&name, cm_buf_, sizeof(name));
+        if (name.sin_family != AF_INET) {
+          fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "an RDM request without a name");
+          return false;
+        }
+        peer_name_ = name;
+        queue_ctrl_locked(wire::Op::kConnAccept, 0, nullptr, 0);
+        set_state(State::kAccepted);
+        engine_->set_deadline(this, connect_deadline());
+        return flush_locked();
+      }
       set_state(State::kPending);
       engine_->set_deadline(this, 0);
       update_interest_locked();
@@ -844,26 +907,26 @@ bool Conn::frame_done_locked() {
       was_connected_ = true;
       set_state(State::kConnected);
       queue_ctrl_locked(wire::Op::kConnReady, 0, nullptr, 0);
-      ep_->cm_event(FI_CONNECTED, cm_buf_, h.length);
-      return flush_locked();
+      if (!rdm_) ep_->cm_event(FI_CONNECTED, cm_buf_, h.length);
+      return flush_locked();  // and the sends queued while connecting
     case wire::Op::kConnReject:
       reported_ = true;
       close_socket_locked();
-      ep_->cm_error(FI_ECONNREFUSED, cm_buf_, h.length);
+      refused_locked(FI_ECONNREFUSED, cm_buf_, h.length);
       return false;
     case wire::Op::kConnReady:
       engine_->set_deadline(this, 0);
       was_connected_ = true;
       set_state(State::kConnected);
-      ep_->cm_event(FI_CONNECTED, nullptr, 0);
+      if (!rdm_) ep_->cm_event(FI_CONNECTED, nullptr, 0);
       return true;
     case wire::Op::kMsg:
     case wire::Op::kTagged: {
-      if (!comm_est_) {
+      if (!comm_est_ && !rdm_) {
         comm_est_ = true;
         prov::raise_later(ep_->domain(), ep_, FI_FABQ_EVENT_COMM_EST);
       }
-      const bool delivered_now = ep_->placed(in_, place_);
+      const bool delivered_now = ep_->placed(in_, &place_);
       if (in_.ack == prov::AckWanted::kReceived) {
         queue_ctrl_locked(wire::Op::kAckReceived, in_.seq, nullptr, 0);
       } else if (in_.ack == prov::AckWanted::kDelivered && delivered_now) {
@@ -874,7 +937,7 @@ bool Conn::frame_done_locked() {
     }
     case wire::Op::kAckReceived:
     case wire::Op::kAckDelivered:
-      if (!ep_->tx_acked(h.seq, h.op == wire::Op::kAckDelivered)) {
+      if (!ep_->tx_acked(this, h.seq, h.op == wire::Op::kAckDelivered)) {
         fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "an acknowledgement of no send");
         return false;
       }
@@ -889,11 +952,17 @@ bool Conn::frame_done_locked() {
 void Conn::peer_closed_locked() {
   const State s = state();
   close_socket_locked();
+  if (rdm_) {
+    // The peer endpoint closed (or never answered): what was sent to it and not acknowledged
+    // fails; the next send to it connects anew.
+    refused_locked(s == State::kConnected ? FI_ECONNABORTED : FI_ECONNREFUSED, nullptr, 0);
+    return;
+  }
   const bool was_reported = std::exchange(reported_, true);
   if (s == State::kConnected && ep_ != nullptr) {
     if (!was_reported) ep_->cm_event(FI_SHUTDOWN, nullptr, 0);
     // Sends still waiting for the peer's acknowledgement will not get it.
-    ep_->abort_sends(FI_ECONNABORTED);
+    ep_->abort_sends(this, FI_ECONNABORTED);
   }
   send_count_ = 0;
   mid_frame_ = false;
@@ -919,13 +988,18 @@ void Conn::fail_locked(int err, uint32_t event, const char* why) {
             ntohs(peer_.sin_port), why);
   const State s = state();
   close_socket_locked();
+  if (rdm_) {
+    // Only this connection ends: its sends fail, the endpoint goes on.
+    refused_locked(err == FI_EREMOTEIO ? FI_EIO : err, nullptr, 0);
+    return;
+  }
   send_count_ = 0;
   mid_frame_ = false;
   if (reported_) return;
   reported_ = true;
   if (ep_ == nullptr) return;  // not reported yet: the passive endpoint frees it
   if (s == State::kConnected) {
-    ep_->abort_sends(err == FI_EREMOTEIO ? FI_EIO : err);
+    ep_->abort_sends(this, err == FI_EREMOTEIO ? FI_EIO : err);
     // The event writes the EQ error entry and fails the posted receives.
     prov::raise_later(ep_->domain(), ep_, event);
   } else {
@@ -1198,6 +1272,72 @@ int PassiveEp::reject(fid_t handle, const void* data, size_t len) {
   return conn->reject(data, len);
 }
 
+// --- RdmListener
+
+RdmListener::RdmListener(Engine* engine, prov::Endpoint* ep) : engine_(engine), ep_(ep) {}
+
+RdmListener::~RdmListener() {
+  std::lock_guard elock(engine_->mu());
+  if (fd_.valid()) engine_->remove(fd_.get(), this);
+  std::lock_guard lock(mu_);
+  conns_.clear();
+}
+
+int RdmListener::open(const sockaddr_in& addr) {
+  core::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return -FI_EIO;
+  const int one = 1;
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a = addr;
+  a.sin_family = AF_INET;
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0) {
+    return errno == EADDRINUSE ? -FI_EADDRINUSE : -FI_EINVAL;
+  }
+  if (::listen(fd.get(), SOMAXCONN) != 0) return -FI_EIO;
+  socklen_t len = sizeof(addr_);
+  getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr_), &len);
+  fd_ = std::move(fd);
+  return engine_->add(fd_.get(), this, EPOLLIN) ? 0 : -FI_EIO;
+}
+
+int RdmListener::getname(void* addr, size_t* len) {
+  return copy_addr(addr_, addr, len);
+}
+
+void RdmListener::resume() {
+  std::lock_guard lock(mu_);
+  for (const auto& c : conns_) {
+    if (!c->closed()) c->resume();
+  }
+}
+
+void RdmListener::on_ready(uint32_t) {
+  {
+    // Connections whose peer went away leave once nothing refers to them (a buffered message
+    // that came through one still owes its sender a delivery acknowledgement).
+    std::lock_guard lock(mu_);
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      if ((*it)->closed() && ep_->can_free(it->get())) {
+        engine_->retire(std::move(*it));
+        it = conns_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (;;) {
+    core::UniqueFd fd(accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd.valid()) return;
+    auto conn = std::make_unique<Conn>(engine_, ep_, std::move(fd), ep_->max_msg_size());
+    Conn* c = conn.get();
+    {
+      std::lock_guard lock(mu_);
+      conns_.push_back(std::move(conn));
+    }
+    c->start_inbound();
+  }
+}
+
 }  // namespace fabq::xport
 
 // --- Entry points (prov/transport.h)
@@ -1228,6 +1368,16 @@ Connection* make_connection(Endpoint* ep, fid_t handle, int* err) {
     return nullptr;
   }
   return conn;
+}
+
+Listener* open_listener(Endpoint* ep, const sockaddr_in& addr, int* err) {
+  auto* engine = static_cast<xport::Engine*>(ep->domain()->fabric()->transport());
+  auto l = std::make_unique<xport::RdmListener>(engine, ep);
+  if (const int rc = l->open(addr); rc != 0) {
+    *err = rc;
+    return nullptr;
+  }
+  return l.release();
 }
 
 int open_passive_ep(fid_fabric* fabric_fid, fi_info* info, fid_pep** out, void* context) {

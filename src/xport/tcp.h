@@ -1,4 +1,4 @@
-// fabq transport: FI_EP_MSG connections over TCP (prov/transport.h).
+// fabq transport: FI_EP_MSG and FI_EP_RDM connections over TCP (prov/transport.h).
 //
 //   Engine      one per fabric: an epoll set of every socket of the fabric, the progress
 //               thread that runs only while somebody blocks (or for FI_PROGRESS_AUTO), and the
@@ -7,6 +7,15 @@
 //               payloads where the endpoint says, the send queue and acknowledgements.
 //   PassiveEp   fi_passive_ep: a listening socket; each accepted socket is a Conn that waits
 //               for its kConnReq and then for the application's fi_accept or fi_reject.
+//   RdmListener an RDM endpoint's listening socket: each accepted socket is a Conn that
+//               accepts the peer's kConnReq itself and carries the peer's messages in.
+//
+// RDM connections speak the same protocol; what differs is who hears of it. The connect data
+// of an RDM kConnReq is the connecting endpoint's name (sockaddr_in, for FI_SOURCE); nothing
+// goes to an EQ; a connection that fails or is refused fails the sends submitted to it
+// (Endpoint::abort_sends) and nothing else. Data flows one way on each: from the endpoint that
+// connected to the one that accepted (acknowledgements flow back), so two endpoints that send
+// to each other hold two connections, and messages between them keep their order.
 //
 // Locks: Engine::mu_ (the engine lock) guards the epoll set's membership and the dispatch of
 // readiness; Conn::mu_ guards one connection. Order: engine, connection, endpoint (see
@@ -116,6 +125,7 @@ class Conn final : public prov::Connection, public Pollable {
   bool connected() const override {
     return state_.load(std::memory_order_acquire) == State::kConnected;
   }
+  bool open() const override { return state() != State::kClosed; }
 
   // Pollable.
   void on_ready(uint32_t events) override;
@@ -123,6 +133,8 @@ class Conn final : public prov::Connection, public Pollable {
 
   // Passive side: a connection accepted by `pep`, waiting for its kConnReq.
   void start_passive(PassiveEp* pep);
+  // RDM: a connection accepted by the endpoint's listener, waiting for its kConnReq.
+  void start_inbound();
   // fi_endpoint from the CONNREQ: `ep` takes this connection over.
   bool adopt(prov::Endpoint* ep);
   // fi_reject.
@@ -151,11 +163,16 @@ class Conn final : public prov::Connection, public Pollable {
   void want_write_locked(bool on);
   void update_interest_locked();
   void fail_locked(int err, uint32_t event, const char* why);
+  // The connection did not come up (refused, timed out, unreachable): an MSG endpoint hears of
+  // it on its EQ; an RDM endpoint's sends to it fail.
+  void refused_locked(int err, const void* data, size_t len);
   void peer_closed_locked();
   void close_socket_locked();
 
   Engine* const engine_;
-  prov::Endpoint* ep_;  // null while passive and not adopted
+  prov::Endpoint* ep_;    // null while passive and not adopted
+  const bool rdm_;        // an RDM endpoint's connection
+  bool inbound_ = false;  // RDM: accepted by the endpoint's listener (data flows in)
   PassiveEp* pep_ = nullptr;
   core::UniqueFd fd_;
   std::mutex mu_;
@@ -171,6 +188,7 @@ class Conn final : public prov::Connection, public Pollable {
   bool reported_ = false;       // FI_SHUTDOWN or an error was reported for this connection
   bool was_connected_ = false;  // FI_CONNECTED was reported
   sockaddr_in peer_{};
+  sockaddr_in peer_name_{};  // RDM inbound: the name the peer endpoint announced
   wire::Framer framer_;
   std::unique_ptr<unsigned char[]> rbuf_;
   size_t rpos_ = 0;
@@ -234,6 +252,26 @@ class PassiveEp final : public Pollable {
   bool listening_ = false;
   std::vector<std::unique_ptr<Conn>> incoming_;  // accepted sockets, and requests not taken
   std::vector<std::unique_ptr<ConnReqHandle>> handles_;
+};
+
+class RdmListener final : public prov::Listener, public Pollable {
+ public:
+  RdmListener(Engine* engine, prov::Endpoint* ep);
+  ~RdmListener() override;
+  // Binds and listens at `addr`; 0 or a negative FI_E* code.
+  int open(const sockaddr_in& addr);
+
+  int getname(void* addr, size_t* len) override;
+  void resume() override;
+  void on_ready(uint32_t events) override;
+
+ private:
+  Engine* const engine_;
+  prov::Endpoint* const ep_;
+  core::UniqueFd fd_;
+  sockaddr_in addr_{};
+  std::mutex mu_;  // guards conns_
+  std::vector<std::unique_ptr<Conn>> conns_;
 };
 
 }  // namespace fabq::xport

@@ -196,13 +196,16 @@ TEST(Getinfo, CoreProvOnlyQueryOfAUtilityProviderGetsNoFabq) {
   }
 }
 
-TEST(Getinfo, RdmHintNamingFabqIsNotSatisfiedByALayeredProvider) {
+TEST(Getinfo, RdmHintNamingFabqIsAnsweredByFabqItselfNotALayeredProvider) {
   ASSERT_EQ(unsetenv("FI_PROVIDER"), 0);
   auto hints = fabq_only_hints();
   hints->ep_attr->type = FI_EP_RDM;
   auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
-  EXPECT_EQ(rc, -FI_ENODATA) << fi_strerror(-rc);
-  for (const fi_info* i : as_vector(info.get())) ADD_FAILURE() << "returned " << prov_name(i);
+  ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+  for (const fi_info* i : as_vector(info.get())) {
+    EXPECT_STREQ(prov_name(i), "fabq");
+    EXPECT_EQ(i->ep_attr->type, FI_EP_RDM);
+  }
 }
 
 TEST(Getinfo, FiInfoDashPFabqPrintsOnlyProviderFabq) {
@@ -236,9 +239,10 @@ TEST(Getinfo, FiInfoWithoutProviderFilterPrintsNoLayeredFabq) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// One fi_info per interface, named as the tcp provider names them.
+// One fi_info per interface and endpoint type (MSG, then RDM), named as the tcp provider names
+// them.
 
-TEST(Getinfo, OneInfoPerIpv4InterfaceWithFabricSubnetAndDomainInterface) {
+TEST(Getinfo, OneMsgAndOneRdmInfoPerIpv4InterfaceWithFabricSubnetAndDomainInterface) {
   auto hints = fabq_only_hints();
   auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
   ASSERT_EQ(rc, 0) << fi_strerror(-rc);
@@ -248,16 +252,19 @@ TEST(Getinfo, OneInfoPerIpv4InterfaceWithFabricSubnetAndDomainInterface) {
     ASSERT_NE(i->domain_attr->name, nullptr);
     got.insert({i->fabric_attr->name, i->domain_attr->name});
   }
-  for (const IfaceAddr& a : ipv4_ifaces()) want.insert({a.subnet, a.name});
+  for (const IfaceAddr& a : ipv4_ifaces()) {
+    want.insert({a.subnet, a.name});
+    want.insert({a.subnet, a.name});
+  }
   EXPECT_EQ(got, want);
-  EXPECT_EQ(got.count({"127.0.0.0/8", "lo"}), 1u);
+  EXPECT_EQ(got.count({"127.0.0.0/8", "lo"}), 2u);
 }
 
 TEST(Getinfo, LoopbackDomainAttrCountsAreTheProviderDefaults) {
   auto hints = lo_hints();
   auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
   ASSERT_EQ(rc, 0) << fi_strerror(-rc);
-  ASSERT_EQ(as_vector(info.get()).size(), 1u);
+  ASSERT_EQ(as_vector(info.get()).size(), 2u) << "MSG and RDM";
   EXPECT_STREQ(info->domain_attr->name, "lo");
   EXPECT_STREQ(info->fabric_attr->name, "127.0.0.0/8");
   EXPECT_EQ(info->domain_attr->cq_cnt, 256u) << "FI_FABQ_CQ_MAX_COUNT default";
@@ -285,11 +292,37 @@ TEST(Getinfo, ThreadingDefaultsToThreadSafe) {
   EXPECT_EQ(info->domain_attr->threading, FI_THREAD_SAFE);
 }
 
-TEST(Getinfo, EndpointTypeIsMsg) {
+TEST(Getinfo, EndpointTypesAreMsgThenRdmForEachInterface) {
   auto hints = fabq_only_hints();
   auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
   ASSERT_EQ(rc, 0) << fi_strerror(-rc);
-  for (const fi_info* i : as_vector(info.get())) EXPECT_EQ(i->ep_attr->type, FI_EP_MSG);
+  const auto infos = as_vector(info.get());
+  ASSERT_EQ(infos.size() % 2, 0u);
+  for (size_t k = 0; k < infos.size(); k += 2) {
+    EXPECT_EQ(infos[k]->ep_attr->type, FI_EP_MSG);
+    EXPECT_EQ(infos[k + 1]->ep_attr->type, FI_EP_RDM);
+    EXPECT_STREQ(infos[k]->domain_attr->name, infos[k + 1]->domain_attr->name);
+  }
+}
+
+TEST(Getinfo, OnlyRdmOffersFiSource) {
+  auto hints = lo_hints();
+  auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+  for (const fi_info* i : as_vector(info.get())) {
+    EXPECT_EQ((i->caps & FI_SOURCE) != 0, i->ep_attr->type == FI_EP_RDM);
+  }
+  hints->caps = FI_TAGGED | FI_SOURCE;
+  auto [rc2, rdm] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc2, 0) << fi_strerror(-rc2);
+  for (const fi_info* i : as_vector(rdm.get())) {
+    EXPECT_EQ(i->ep_attr->type, FI_EP_RDM);
+    EXPECT_EQ(i->caps, FI_TAGGED | FI_SOURCE) << "the caps asked for";
+  }
+  hints->ep_attr->type = FI_EP_MSG;
+  auto [rc3, none] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  EXPECT_EQ(rc3, -FI_ENODATA) << "FI_SOURCE on FI_EP_MSG";
+  EXPECT_EQ(none, nullptr);
 }
 
 TEST(Getinfo, AddrFormatIsSockaddrInAndSrcAddrIsTheInterfaceAddress) {
@@ -354,12 +387,21 @@ TEST(Getinfo, UnsupportedCapsGiveEnodata) {
   }
 }
 
-TEST(Getinfo, EndpointTypeRdmOrDgramGivesEnodata) {
-  for (fi_ep_type type : {FI_EP_RDM, FI_EP_DGRAM}) {
-    auto hints = fabq_only_hints();
-    hints->ep_attr->type = type;
-    expect_enodata(hints.get(), type == FI_EP_RDM ? "FI_EP_RDM" : "FI_EP_DGRAM");
-  }
+TEST(Getinfo, EndpointTypeDgramGivesEnodata) {
+  auto hints = fabq_only_hints();
+  hints->ep_attr->type = FI_EP_DGRAM;
+  expect_enodata(hints.get(), "FI_EP_DGRAM");
+}
+
+TEST(Getinfo, EndpointTypeRdmGivesOnlyRdm) {
+  auto hints = lo_hints();
+  hints->ep_attr->type = FI_EP_RDM;
+  auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+  ASSERT_EQ(as_vector(info.get()).size(), 1u);
+  EXPECT_EQ(info->ep_attr->type, FI_EP_RDM);
+  EXPECT_EQ(info->addr_format, FI_SOCKADDR_IN);
+  EXPECT_EQ(info->caps & (FI_MSG | FI_TAGGED | FI_SOURCE), FI_MSG | FI_TAGGED | FI_SOURCE);
 }
 
 TEST(Getinfo, AddrFormatSockaddrIn6GivesEnodata) {
@@ -565,6 +607,7 @@ TEST(Getinfo, ModeIsZero) {
 
 TEST(Getinfo, NodeAndServiceWithFiSourceGiveSrcAddrWithThatPort) {
   auto hints = fabq_only_hints();
+  hints->ep_attr->type = FI_EP_MSG;  // RDM's info is the same but for its type
   auto [rc, info] = getinfo(kVersion, "127.0.0.1", "7777", FI_SOURCE, hints.get());
   ASSERT_EQ(rc, 0) << fi_strerror(-rc);
   const auto infos = as_vector(info.get());
@@ -581,6 +624,7 @@ TEST(Getinfo, NodeAndServiceWithFiSourceGiveSrcAddrWithThatPort) {
 
 TEST(Getinfo, NodeAndServiceWithoutFiSourceGiveDestAddrOnTheRoutingInterface) {
   auto hints = fabq_only_hints();
+  hints->ep_attr->type = FI_EP_MSG;  // RDM's info is the same but for its type
   auto [rc, info] = getinfo(kVersion, "127.0.0.1", "7777", 0, hints.get());
   ASSERT_EQ(rc, 0) << fi_strerror(-rc);
   const auto infos = as_vector(info.get());
@@ -599,6 +643,7 @@ TEST(Getinfo, NodeAndServiceWithoutFiSourceGiveDestAddrOnTheRoutingInterface) {
 
 TEST(Getinfo, HintsSrcAddrSelectsTheInterfaceThatOwnsIt) {
   auto hints = fabq_only_hints();
+  hints->ep_attr->type = FI_EP_MSG;  // RDM's info is the same but for its type
   sockaddr_in sin{};
   sin.sin_family = AF_INET;
   sin.sin_addr = loopback();
@@ -619,6 +664,7 @@ TEST(Getinfo, HintsSrcAddrSelectsTheInterfaceThatOwnsIt) {
 
 TEST(Getinfo, HintsDestAddrSelectsTheRoutingInterfaceAndIsReturned) {
   auto hints = fabq_only_hints();
+  hints->ep_attr->type = FI_EP_MSG;  // RDM's info is the same but for its type
   sockaddr_in sin{};
   sin.sin_family = AF_INET;
   sin.sin_addr = loopback();

@@ -1,0 +1,475 @@
+// FI_EP_RDM endpoints through libfabric (fi_endpoint(3), fi_msg(3), fi_tagged(3), fi_av(3),
+// fi_cq(3) FI_SOURCE): reliable unconnected messaging between endpoints of one process over
+// 127.0.0.1. Every wait has a timeout.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_tagged.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fabq_fixture.h"
+
+namespace fabq::testing {
+namespace {
+
+constexpr int kWaitMs = 5000;
+
+struct Ep {
+  fid_ep* ep = nullptr;
+  fid_cq* cq = nullptr;
+  fi_addr_t addr = FI_ADDR_UNSPEC;  // in the fixture's AV
+  sockaddr_in name{};
+};
+
+class Rdm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fi_info* hints = fabq_hints();
+    ASSERT_NE(hints, nullptr);
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = FI_MSG | FI_TAGGED | FI_SOURCE;
+    const int rc = fi_getinfo(kVersion, nullptr, nullptr, 0, hints, &info_);
+    fi_freeinfo(hints);
+    ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+    ASSERT_EQ(info_->ep_attr->type, FI_EP_RDM);
+    ASSERT_EQ(fi_fabric(info_->fabric_attr, &fabric_, nullptr), 0);
+    ASSERT_EQ(fi_domain(fabric_, info_, &domain_, nullptr), 0);
+    av_ = open_av();
+    ASSERT_NE(av_, nullptr);
+  }
+
+  void TearDown() override {
+    for (Ep* e : eps_) {
+      if (e->ep != nullptr) {
+        EXPECT_EQ(fi_close(&e->ep->fid), 0);
+      }
+      if (e->cq != nullptr) {
+        EXPECT_EQ(fi_close(&e->cq->fid), 0);
+      }
+      delete e;
+    }
+    for (fid_av* av : avs_) EXPECT_EQ(fi_close(&av->fid), 0);
+    if (domain_ != nullptr) {
+      EXPECT_EQ(fi_close(&domain_->fid), 0);
+    }
+    if (fabric_ != nullptr) {
+      EXPECT_EQ(fi_close(&fabric_->fid), 0);
+    }
+    fi_freeinfo(info_);
+  }
+
+  fid_av* open_av() {
+    fi_av_attr attr{};
+    attr.type = FI_AV_TABLE;
+    fid_av* av = nullptr;
+    EXPECT_EQ(fi_av_open(domain_, &attr, &av, nullptr), 0);
+    if (av != nullptr) avs_.push_back(av);
+    return av;
+  }
+
+  // An enabled RDM endpoint with its own CQ (FORMAT_TAGGED), bound to `av` (the fixture's by
+  // default), and its name inserted there.
+  Ep* open_ep(fid_av* av = nullptr, uint64_t caps = 0) {
+    if (av == nullptr) av = av_;
+    auto* e = new Ep;
+    eps_.push_back(e);
+    fi_cq_attr cq_attr{};
+    cq_attr.format = FI_CQ_FORMAT_TAGGED;
+    cq_attr.wait_obj = FI_WAIT_UNSPEC;
+    EXPECT_EQ(fi_cq_open(domain_, &cq_attr, &e->cq, nullptr), 0);
+    fi_info* info = fi_dupinfo(info_);
+    if (caps != 0) info->caps = caps;
+    EXPECT_EQ(fi_endpoint(domain_, info, &e->ep, nullptr), 0);
+    fi_freeinfo(info);
+    if (e->ep == nullptr || e->cq == nullptr) return e;
+    EXPECT_EQ(fi_ep_bind(e->ep, &av->fid, 0), 0);
+    EXPECT_EQ(fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV), 0);
+    EXPECT_EQ(fi_enable(e->ep), 0);
+    size_t len = sizeof(e->name);
+    EXPECT_EQ(fi_getname(&e->ep->fid, &e->name, &len), 0);
+    EXPECT_EQ(fi_av_insert(av, &e->name, 1, &e->addr, 0, nullptr), 1);
+    return e;
+  }
+
+  // One completion within kWaitMs: 1, or -FI_EAVAIL with the error in *err, or what sread gave.
+  static ssize_t wait_cq(fid_cq* cq, fi_cq_tagged_entry* entry, fi_cq_err_entry* err = nullptr,
+                         fi_addr_t* src = nullptr, int ms = kWaitMs) {
+    const ssize_t n = src != nullptr ? fi_cq_sreadfrom(cq, entry, 1, src, nullptr, ms)
+                                     : fi_cq_sread(cq, entry, 1, nullptr, ms);
+    if (n == -FI_EAVAIL && err != nullptr) {
+      EXPECT_EQ(fi_cq_readerr(cq, err, 0), 1);
+    }
+    return n;
+  }
+
+  // Polls `cq` (which moves bytes for the whole fabric) for `ms`: whether a completion came.
+  static bool any_completion_within(fid_cq* cq, int ms) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    fi_cq_tagged_entry entry{};
+    while (std::chrono::steady_clock::now() < end) {
+      const ssize_t n = fi_cq_read(cq, &entry, 1);
+      if (n != -FI_EAGAIN) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  }
+
+  fi_info* info_ = nullptr;
+  fid_fabric* fabric_ = nullptr;
+  fid_domain* domain_ = nullptr;
+  fid_av* av_ = nullptr;
+  std::vector<fid_av*> avs_;
+  std::vector<Ep*> eps_;
+};
+
+// A port on 127.0.0.1 that nobody listens on (bound, not listening, then closed).
+sockaddr_in dead_address() {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  socklen_t len = sizeof(a);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return a;
+}
+
+TEST_F(Rdm, EnabledEndpointIsNamedByItsListeningAddress) {
+  Ep* a = open_ep();
+  EXPECT_EQ(a->name.sin_family, AF_INET);
+  EXPECT_EQ(a->name.sin_addr.s_addr, htonl(INADDR_LOOPBACK));
+  EXPECT_NE(a->name.sin_port, 0) << "port 0 in the info: the kernel picks one at fi_enable";
+}
+
+TEST_F(Rdm, SendReachesThePeerAndBothSidesComplete) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  char out[] = "over rdm";
+  char in[32] = {};
+  ASSERT_EQ(fi_recv(b->ep, in, sizeof(in), nullptr, FI_ADDR_UNSPEC, in), 0);
+  ASSERT_EQ(fi_send(a->ep, out, sizeof(out), nullptr, b->addr, out), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(a->cq, &e), 1);
+  EXPECT_EQ(e.op_context, out);
+  EXPECT_EQ(e.flags, FI_SEND | FI_MSG);
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  EXPECT_EQ(e.op_context, in);
+  EXPECT_EQ(e.flags, FI_RECV | FI_MSG);
+  EXPECT_EQ(e.len, sizeof(out));
+  EXPECT_STREQ(in, out);
+}
+
+TEST_F(Rdm, ReceiveCompletionNamesTheSenderWithFiSource) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  Ep* c = open_ep();
+  char in[2][8] = {};
+  for (auto& buf : in) ASSERT_EQ(fi_recv(b->ep, buf, sizeof(buf), nullptr, FI_ADDR_UNSPEC, buf), 0);
+  ASSERT_EQ(fi_inject(a->ep, "a", 2, b->addr), 0);
+  fi_cq_tagged_entry e{};
+  fi_addr_t src = 12345;
+  ASSERT_EQ(wait_cq(b->cq, &e, nullptr, &src), 1);
+  EXPECT_EQ(src, a->addr);
+  ASSERT_EQ(fi_inject(c->ep, "c", 2, b->addr), 0);
+  ASSERT_EQ(wait_cq(b->cq, &e, nullptr, &src), 1);
+  EXPECT_EQ(src, c->addr);
+}
+
+TEST_F(Rdm, SourceTheAvDoesNotHoldIsFiAddrNotavail) {
+  fid_av* other = open_av();
+  Ep* b = open_ep();
+  Ep* stranger = open_ep(other);  // named in `other` only: b's AV does not hold it
+  fi_addr_t b_in_other = FI_ADDR_UNSPEC;
+  ASSERT_EQ(fi_av_insert(other, &b->name, 1, &b_in_other, 0, nullptr), 1);
+  char in[8] = {};
+  ASSERT_EQ(fi_recv(b->ep, in, sizeof(in), nullptr, FI_ADDR_UNSPEC, in), 0);
+  ASSERT_EQ(fi_inject(stranger->ep, "s", 2, b_in_other), 0);
+  fi_cq_tagged_entry e{};
+  fi_addr_t src = 12345;
+  ASSERT_EQ(wait_cq(b->cq, &e, nullptr, &src), 1);
+  EXPECT_EQ(src, FI_ADDR_NOTAVAIL);
+}
+
+TEST_F(Rdm, WithoutFiSourceTheSourceIsFiAddrNotavail) {
+  Ep* a = open_ep();
+  Ep* b = open_ep(nullptr, FI_MSG | FI_TAGGED);
+  char in[8] = {};
+  ASSERT_EQ(fi_recv(b->ep, in, sizeof(in), nullptr, FI_ADDR_UNSPEC, in), 0);
+  ASSERT_EQ(fi_inject(a->ep, "a", 2, b->addr), 0);
+  fi_cq_tagged_entry e{};
+  fi_addr_t src = 12345;
+  ASSERT_EQ(wait_cq(b->cq, &e, nullptr, &src), 1);
+  EXPECT_EQ(src, FI_ADDR_NOTAVAIL);
+}
+
+TEST_F(Rdm, MessagesFromOneEndpointToAnotherKeepTheirOrder) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  constexpr int kCount = 200;
+  std::vector<uint32_t> got(kCount, ~0u);
+  for (int i = 0; i < kCount; ++i) {
+    uint32_t v = static_cast<uint32_t>(i);
+    ssize_t rc;
+    while ((rc = fi_tinject(a->ep, &v, sizeof(v), b->addr, 7)) == -FI_EAGAIN) {
+      fi_cq_tagged_entry e{};
+      fi_cq_read(a->cq, &e, 1);
+    }
+    ASSERT_EQ(rc, 0);
+  }
+  for (int i = 0; i < kCount; ++i) {
+    ASSERT_EQ(fi_trecv(b->ep, &got[i], sizeof(uint32_t), nullptr, FI_ADDR_UNSPEC, 7, 0, nullptr),
+              0);
+    fi_cq_tagged_entry e{};
+    ASSERT_EQ(wait_cq(b->cq, &e), 1);
+    EXPECT_EQ(e.tag, 7u);
+  }
+  for (int i = 0; i < kCount; ++i) EXPECT_EQ(got[i], static_cast<uint32_t>(i));
+}
+
+TEST_F(Rdm, TaggedReceiveMatchesThroughItsIgnoreMask) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  uint32_t first = 0, second = 0;
+  ASSERT_EQ(fi_trecv(b->ep, &first, 4, nullptr, FI_ADDR_UNSPEC, 0x200, 0x0ff, &first), 0);
+  ASSERT_EQ(fi_trecv(b->ep, &second, 4, nullptr, FI_ADDR_UNSPEC, 0x100, 0x000, &second), 0);
+  const uint32_t one = 1, two = 2;
+  ASSERT_EQ(fi_tinject(a->ep, &one, 4, b->addr, 0x100), 0);
+  ASSERT_EQ(fi_tinject(a->ep, &two, 4, b->addr, 0x2ab), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  EXPECT_EQ(e.op_context, &second);
+  EXPECT_EQ(e.tag, 0x100u);
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  EXPECT_EQ(e.op_context, &first);
+  EXPECT_EQ(e.tag, 0x2abu);
+  EXPECT_EQ(first, 2u);
+  EXPECT_EQ(second, 1u);
+}
+
+TEST_F(Rdm, InjectFlagCopiesTheBufferAtPostAndStillCompletes) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  char buf[16] = "original";
+  iovec iov{buf, sizeof(buf)};
+  fi_msg_tagged msg{};
+  msg.msg_iov = &iov;
+  msg.iov_count = 1;
+  msg.addr = b->addr;
+  msg.tag = 3;
+  msg.context = buf;
+  ASSERT_EQ(fi_tsendmsg(a->ep, &msg, FI_INJECT | FI_COMPLETION), 0);
+  std::memset(buf, 0xb, sizeof(buf));  // fi_msg_inject does this, and checks what arrives
+  char in[16] = {};
+  ASSERT_EQ(fi_trecv(b->ep, in, sizeof(in), nullptr, FI_ADDR_UNSPEC, 3, 0, in), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(a->cq, &e), 1);
+  EXPECT_EQ(e.op_context, buf);
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  EXPECT_STREQ(in, "original");
+}
+
+TEST_F(Rdm, DeliveryCompleteWaitsForTheReceiveAtThePeer) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  char out[] = "delivered";
+  iovec iov{out, sizeof(out)};
+  fi_msg msg{};
+  msg.msg_iov = &iov;
+  msg.iov_count = 1;
+  msg.addr = b->addr;
+  msg.context = out;
+  ASSERT_EQ(fi_sendmsg(a->ep, &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION), 0);
+  EXPECT_FALSE(any_completion_within(a->cq, 300)) << "no receive is posted at the peer yet";
+  char in[16] = {};
+  ASSERT_EQ(fi_recv(b->ep, in, sizeof(in), nullptr, FI_ADDR_UNSPEC, in), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(a->cq, &e), 1);
+  EXPECT_EQ(e.op_context, out);
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  EXPECT_STREQ(in, out);
+}
+
+TEST_F(Rdm, TruncatedReceiveIsAnErrorWithOlen) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  char in[4] = {};
+  ASSERT_EQ(fi_recv(b->ep, in, sizeof(in), nullptr, FI_ADDR_UNSPEC, in), 0);
+  ASSERT_EQ(fi_inject(a->ep, "0123456789", 10, b->addr), 0);
+  fi_cq_tagged_entry e{};
+  fi_cq_err_entry err{};
+  ASSERT_EQ(wait_cq(b->cq, &e, &err), -FI_EAVAIL);
+  EXPECT_EQ(err.err, FI_ETRUNC);
+  EXPECT_EQ(err.olen, 6u);
+  EXPECT_EQ(err.op_context, in);
+}
+
+TEST_F(Rdm, LargeMessageArrivesWhole) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  std::vector<unsigned char> out(4 << 20), in(4 << 20);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<unsigned char>(i * 7 + 1);
+  ASSERT_EQ(fi_recv(b->ep, in.data(), in.size(), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+  ASSERT_EQ(fi_send(a->ep, out.data(), out.size(), nullptr, b->addr, nullptr), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  EXPECT_EQ(e.len, out.size());
+  EXPECT_EQ(in, out);
+  ASSERT_EQ(wait_cq(a->cq, &e), 1);
+}
+
+TEST_F(Rdm, AnEndpointCanSendToItself) {
+  Ep* a = open_ep();
+  char in[8] = {};
+  ASSERT_EQ(fi_recv(a->ep, in, sizeof(in), nullptr, FI_ADDR_UNSPEC, in), 0);
+  ASSERT_EQ(fi_inject(a->ep, "self", 5, a->addr), 0);
+  fi_cq_tagged_entry e{};
+  fi_addr_t src = 0;
+  ASSERT_EQ(wait_cq(a->cq, &e, nullptr, &src), 1);
+  EXPECT_STREQ(in, "self");
+  EXPECT_EQ(src, a->addr);
+}
+
+TEST_F(Rdm, TwoEndpointsSendingToEachOtherBothReceive) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  char in_a[8] = {}, in_b[8] = {};
+  ASSERT_EQ(fi_recv(a->ep, in_a, sizeof(in_a), nullptr, FI_ADDR_UNSPEC, in_a), 0);
+  ASSERT_EQ(fi_recv(b->ep, in_b, sizeof(in_b), nullptr, FI_ADDR_UNSPEC, in_b), 0);
+  ASSERT_EQ(fi_inject(a->ep, "to b", 5, b->addr), 0);
+  ASSERT_EQ(fi_inject(b->ep, "to a", 5, a->addr), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(a->cq, &e), 1);
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  EXPECT_STREQ(in_a, "to a");
+  EXPECT_STREQ(in_b, "to b");
+}
+
+TEST_F(Rdm, SendToAnAddressNobodyListensOnFailsThatSendAndTheEndpointGoesOn) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  const sockaddr_in dead = dead_address();
+  fi_addr_t nobody = FI_ADDR_UNSPEC;
+  ASSERT_EQ(fi_av_insert(av_, &dead, 1, &nobody, 0, nullptr), 1);
+  char out[] = "lost";
+  ASSERT_EQ(fi_send(a->ep, out, sizeof(out), nullptr, nobody, out), 0);
+  fi_cq_tagged_entry e{};
+  fi_cq_err_entry err{};
+  ASSERT_EQ(wait_cq(a->cq, &e, &err), -FI_EAVAIL);
+  EXPECT_EQ(err.err, FI_ECONNREFUSED);
+  EXPECT_EQ(err.op_context, out);
+  EXPECT_EQ(err.flags, FI_SEND | FI_MSG);
+
+  char in[8] = {};
+  ASSERT_EQ(fi_recv(b->ep, in, sizeof(in), nullptr, FI_ADDR_UNSPEC, in), 0);
+  ASSERT_EQ(fi_send(a->ep, "ok", 3, nullptr, b->addr, nullptr), 0);
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  EXPECT_STREQ(in, "ok");
+}
+
+TEST_F(Rdm, PeerClosingFailsTheSendsWaitingForItAndTheNextSendConnectsAnew) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  // The first message establishes the connection.
+  char in[8] = {};
+  ASSERT_EQ(fi_recv(b->ep, in, sizeof(in), nullptr, FI_ADDR_UNSPEC, in), 0);
+  ASSERT_EQ(fi_inject(a->ep, "1", 2, b->addr), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  // A send waiting for delivery, then the peer closes without ever receiving it.
+  char out[] = "2";
+  iovec iov{out, sizeof(out)};
+  fi_msg msg{};
+  msg.msg_iov = &iov;
+  msg.iov_count = 1;
+  msg.addr = b->addr;
+  msg.context = out;
+  ASSERT_EQ(fi_sendmsg(a->ep, &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION), 0);
+  EXPECT_FALSE(any_completion_within(a->cq, 100));
+  ASSERT_EQ(fi_close(&b->ep->fid), 0);
+  b->ep = nullptr;
+  fi_cq_err_entry err{};
+  ASSERT_EQ(wait_cq(a->cq, &e, &err), -FI_EAVAIL);
+  EXPECT_EQ(err.err, FI_ECONNABORTED);
+  EXPECT_EQ(err.op_context, out);
+  // Nobody listens at b's address now: the next send makes a new connection, refused.
+  ASSERT_EQ(fi_send(a->ep, out, sizeof(out), nullptr, b->addr, out), 0);
+  ASSERT_EQ(wait_cq(a->cq, &e, &err), -FI_EAVAIL);
+  EXPECT_EQ(err.err, FI_ECONNREFUSED);
+}
+
+TEST_F(Rdm, SendToAnFiAddrTheAvDoesNotHoldIsEinval) {
+  Ep* a = open_ep();
+  EXPECT_EQ(fi_inject(a->ep, "x", 1, 4242), -FI_EINVAL);
+  EXPECT_EQ(fi_send(a->ep, "x", 1, nullptr, FI_ADDR_UNSPEC, nullptr), -FI_EINVAL);
+  fi_addr_t removed = a->addr;
+  ASSERT_EQ(fi_av_remove(av_, &removed, 1, 0), 0);
+  EXPECT_EQ(fi_inject(a->ep, "x", 1, removed), -FI_EINVAL);
+}
+
+TEST_F(Rdm, EnableWithoutAnAvIsEnoav) {
+  fid_ep* ep = nullptr;
+  ASSERT_EQ(fi_endpoint(domain_, info_, &ep, nullptr), 0);
+  fi_cq_attr cq_attr{};
+  fid_cq* cq = nullptr;
+  ASSERT_EQ(fi_cq_open(domain_, &cq_attr, &cq, nullptr), 0);
+  ASSERT_EQ(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+  EXPECT_EQ(fi_enable(ep), -FI_ENOAV);
+  EXPECT_EQ(fi_close(&ep->fid), 0);
+  EXPECT_EQ(fi_close(&cq->fid), 0);
+}
+
+TEST_F(Rdm, AnAvBoundToAnEndpointCannotClose) {
+  Ep* a = open_ep();
+  EXPECT_EQ(fi_close(&av_->fid), -FI_EBUSY);
+  ASSERT_EQ(fi_close(&a->ep->fid), 0);
+  a->ep = nullptr;
+}
+
+TEST_F(Rdm, ConnectionCallsAreEnosysAndSetnameWorksBeforeEnable) {
+  Ep* a = open_ep();
+  sockaddr_in peer = a->name;
+  EXPECT_EQ(fi_connect(a->ep, &peer, nullptr, 0), -FI_ENOSYS);
+  EXPECT_EQ(fi_accept(a->ep, nullptr, 0), -FI_ENOSYS);
+  EXPECT_EQ(fi_shutdown(a->ep, 0), -FI_ENOSYS);
+  EXPECT_EQ(fi_setname(&a->ep->fid, &peer, sizeof(peer)), -FI_EOPBADSTATE) << "enabled already";
+
+  // Before fi_enable, fi_setname chooses the address the endpoint listens on.
+  const sockaddr_in want = dead_address();
+  fid_ep* ep = nullptr;
+  ASSERT_EQ(fi_endpoint(domain_, info_, &ep, nullptr), 0);
+  ASSERT_EQ(fi_setname(&ep->fid, const_cast<sockaddr_in*>(&want), sizeof(want)), 0);
+  ASSERT_EQ(fi_ep_bind(ep, &av_->fid, 0), 0);
+  ASSERT_EQ(fi_ep_bind(ep, &a->cq->fid, FI_RECV), 0);
+  ASSERT_EQ(fi_enable(ep), 0);
+  sockaddr_in got{};
+  size_t len = sizeof(got);
+  ASSERT_EQ(fi_getname(&ep->fid, &got, &len), 0);
+  EXPECT_EQ(got.sin_port, want.sin_port);
+  EXPECT_EQ(fi_close(&ep->fid), 0);
+}
+
+TEST_F(Rdm, AnAvCannotBeBoundToAnMsgEndpoint) {
+  fi_info* hints = fabq_hints();
+  hints->ep_attr->type = FI_EP_MSG;
+  fi_info* msg_info = nullptr;
+  ASSERT_EQ(fi_getinfo(kVersion, nullptr, nullptr, 0, hints, &msg_info), 0);
+  fi_freeinfo(hints);
+  fid_ep* ep = nullptr;
+  ASSERT_EQ(fi_endpoint(domain_, msg_info, &ep, nullptr), 0);
+  EXPECT_EQ(fi_ep_bind(ep, &av_->fid, 0), -FI_EINVAL);
+  EXPECT_EQ(fi_close(&ep->fid), 0);
+  fi_freeinfo(msg_info);
+}
+
+}  // namespace
+}  // namespace fabq::testing
