@@ -435,20 +435,10 @@ void Conn::refused_locked(int err, const void* data, size_t len) {
   }
 }
 
-void Conn::start_inbound() {
-  std::lock_guard lock(mu_);
-  inbound_ = true;
-  set_socket_options(fd_.get());
-  socklen_t len = sizeof(peer_);
-  getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&peer_), &len);
-  set_state(State::kIncoming);
-  update_interest_locked();
-  engine_->set_deadline(this, connect_deadline());
-}
-
-void Conn::start_passive(PassiveEp* pep) {
+void Conn::start_accepted(PassiveEp* pep) {
   std::lock_guard lock(mu_);
   pep_ = pep;
+  inbound_ = pep == nullptr;
   set_socket_options(fd_.get());
   socklen_t len = sizeof(peer_);
   getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&peer_), &len);
@@ -1211,7 +1201,7 @@ void PassiveEp::on_ready(uint32_t) {
       std::lock_guard lock(mu_);
       incoming_.push_back(std::move(conn));
     }
-    c->start_passive(this);
+    c->start_accepted(this);
   }
 }
 
@@ -1334,7 +1324,7 @@ void RdmListener::on_ready(uint32_t) {
       std::lock_guard lock(mu_);
       conns_.push_back(std::move(conn));
     }
-    c->start_inbound();
+    c->start_accepted(nullptr);
   }
 }
 

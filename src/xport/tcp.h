@@ -131,10 +131,9 @@ class Conn final : public prov::Connection, public Pollable {
   void on_ready(uint32_t events) override;
   void on_deadline() override;
 
-  // Passive side: a connection accepted by `pep`, waiting for its kConnReq.
-  void start_passive(PassiveEp* pep);
-  // RDM: a connection accepted by the endpoint's listener, waiting for its kConnReq.
-  void start_inbound();
+  // A connection accepted by `pep`, or (null) by the RDM listener of the endpoint it was made
+  // for, waiting for its kConnReq.
+  void start_accepted(PassiveEp* pep);
   // fi_endpoint from the CONNREQ: `ep` takes this connection over.
   bool adopt(prov::Endpoint* ep);
   // fi_reject.
