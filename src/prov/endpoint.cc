@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "core/eq.h"
 #include "prov/av.h"
@@ -226,8 +227,7 @@ struct EpOps {
       return arg == nullptr ? -FI_EINVAL : -FI_ENOSYS;
     }
     if (command != FI_ENABLE) return -FI_ENOSYS;
-    std::lock_guard lock(e->mu_);
-    return e->enable_locked();
+    return e->enable();
   }
 
   static int getopt(fid* f, int level, int name, void* val, size_t* len) {
@@ -554,26 +554,48 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
 }
 
 Endpoint::~Endpoint() {
-  // The connections go first: nothing calls back into this endpoint after that.
+  // In an order that leaves no other thread a pointer into this endpoint or its connections.
+  // 1. Nothing more is placed here: a connection still reading discards what comes.
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  Cq* const cq = rx_cq();
+  // 2. Out of the SRX's hands: no SRX post takes a message that came through here, or walks
+  //    its endpoints to this one, after this.
+  if (srx_ != nullptr) {
+    std::lock_guard lock(srx_->mu_);
+    srx_->queue_.orphan(this);
+    std::erase(srx_->endpoints_, this);
+  }
+  // 3. Threads that borrowed it or one of its connections are done with them.
+  while (borrowed_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  // 4. The connections go: nothing calls back into this endpoint after that. One closed inside
+  //    a message gives back the receive it was filling (Endpoint::unplace).
   listener_.reset();
   peers_.clear();
   retired_.clear();
   conn_.reset();
-  if (eq_ != nullptr) eq_->queue().purge(&box_.fid.fid);
-  std::vector<PostedRecv> dropped;
+  // 5. Its messages leave the SRX; a shared receive that was waiting for the rest of one goes
+  //    back there.
   if (srx_ != nullptr) {
     {
       std::lock_guard lock(srx_->mu_);
-      srx_->queue_.drop_from(this);
+      for (PostedRecv& r : srx_->queue_.drop_from(this)) {
+        if (cq != nullptr) cq->queue().cancel_reservation(1);  // it took its slot here
+        r.owner = nullptr;
+        srx_->queue_.post_front(r);
+      }
     }
-    srx_->detach(this);
     srx_->release();
   }
-  // Receives still posted are dropped with the endpoint (fi_endpoint(3)); their CQ slots return.
-  dropped = queue_.take_all();
-  if (Cq* cq = rx_cq(); cq != nullptr) {
-    if (!dropped.empty()) cq->queue().cancel_reservation(dropped.size());
-    if (placing_ != 0) cq->queue().cancel_reservation(placing_);
+  if (eq_ != nullptr) eq_->queue().purge(&box_.fid.fid);
+  // Receives still posted are dropped with the endpoint (fi_endpoint(3)), and those waiting for
+  // the rest of a message; their CQ slots return.
+  const size_t waiting = queue_.drop_from(this).size();
+  const std::vector<PostedRecv> dropped = queue_.take_all();
+  if (cq != nullptr && dropped.size() + waiting + placing_ != 0) {
+    cq->queue().cancel_reservation(dropped.size() + waiting + placing_);
   }
   if (tx_cq_ != nullptr) {
     size_t held = 0;
@@ -602,17 +624,29 @@ Connection* Endpoint::connection() {
   return conn_.get();
 }
 
-int Endpoint::enable_locked() {
-  if (enabled_) return 0;
-  if (rdm_ ? av_ == nullptr : eq_ == nullptr) return rdm_ ? -FI_ENOAV : -FI_ENOEQ;
-  if (rx_cq() == nullptr && rx_cntr_ == nullptr && srx_ == nullptr) return -FI_ENOCQ;
-  if (rdm_) {
-    int err = 0;
-    listener_.reset(open_listener(this, src_, &err));
-    if (listener_ == nullptr) return err != 0 ? err : -FI_EIO;
-    size_t len = sizeof(rdm_name_);
-    listener_->getname(&rdm_name_, &len);
+int Endpoint::enable() {
+  sockaddr_in at{};
+  {
+    std::lock_guard lock(mu_);
+    if (enabled_) return 0;
+    if (rdm_ ? av_ == nullptr : eq_ == nullptr) return rdm_ ? -FI_ENOAV : -FI_ENOEQ;
+    if (rx_cq() == nullptr && rx_cntr_ == nullptr && srx_ == nullptr) return -FI_ENOCQ;
+    if (!rdm_) {
+      enabled_ = true;
+      return 0;
+    }
+    at = src_;
   }
+  // The listener is made (and, on failure, destroyed, which takes the engine lock) without
+  // the endpoint's lock: the engine's lock comes first.
+  int err = 0;
+  std::unique_ptr<Listener> listener(open_listener(this, at, &err));
+  if (listener == nullptr) return err != 0 ? err : -FI_EIO;
+  std::lock_guard lock(mu_);
+  if (enabled_) return 0;  // another thread's fi_enable won; this listener closes unused
+  listener_ = std::move(listener);
+  size_t len = sizeof(rdm_name_);
+  listener_->getname(&rdm_name_, &len);
   enabled_ = true;
   return 0;
 }
@@ -826,7 +860,7 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
   std::lock_guard lock(mu_);
   p->iov_count = 0;
   p->capacity = 0;
-  if (failed_) {
+  if (failed_ || closing_) {
     p->kind = Placement::Kind::kDiscard;
     return true;
   }
@@ -920,8 +954,9 @@ bool Endpoint::placed(const Incoming& in, Placement* p) {
       }
       break;
     }
-    case Placement::Kind::kDiscard:
+    case Placement::Kind::kDiscard:  // a failed endpoint's: nothing was delivered
     case Placement::Kind::kNone:
+      ack_now = false;
       break;
   }
   raise_later(domain_, rx_cq(), events);
@@ -1173,8 +1208,12 @@ void Endpoint::abort_sends(Connection* c, int err) {
   std::vector<uint32_t> events;
   {
     std::lock_guard lock(mu_);
+    // Only what `c` took: a send still on its way into submit() (this runs under c's lock,
+    // as submit() does) fails there and is freed by its poster.
     for (uint32_t i = 0; i < tx_size_; ++i) {
-      if (tx_state_[i] != kFree && tx_[i].conn == c) finish_send(i, err, &events);
+      if (tx_state_[i] != kFree && tx_[i].conn == c && tx_[i].accepted) {
+        finish_send(i, err, &events);
+      }
     }
   }
   raise_later(domain_, tx_cq_, events);
@@ -1303,9 +1342,13 @@ ssize_t Srx::post_recv(const PostedRecv& posted) {
   PostedRecv r = posted;
   FaultAction action;
   std::vector<uint32_t> cq_events;
+  // Borrowed (borrowed_) under mu_, so that none of them can finish closing until this is done
+  // with them: the endpoint a buffered message came through, and every endpoint to resume.
   Endpoint* from = nullptr;
+  Cq* from_cq = nullptr;
+  std::vector<Endpoint*> eps;
   uint32_t ack_seq = 0;
-  Connection* ack_conn = nullptr;  // borrowed (from->borrowed_) while not null
+  Connection* ack_conn = nullptr;
   {
     std::lock_guard lock(mu_);
     if (failed_) return -FI_EOPBADSTATE;
@@ -1319,10 +1362,11 @@ ssize_t Srx::post_recv(const PostedRecv& posted) {
       if (cq != nullptr && !cq->queue().reserve(1).ok()) return -FI_EAGAIN;
       r.owner = from;
       from->deliver_unexpected(r, *u, &cq_events);
+      from_cq = cq;
+      from->borrowed_.fetch_add(1, std::memory_order_relaxed);
       if (u->in.ack == AckWanted::kDelivered && u->in.via != nullptr) {
         ack_seq = u->in.seq;
         ack_conn = u->in.via;
-        from->borrowed_.fetch_add(1, std::memory_order_relaxed);
       }
       queue_.remove(u);
     } else if (u != nullptr) {
@@ -1334,18 +1378,21 @@ ssize_t Srx::post_recv(const PostedRecv& posted) {
     } else {
       queue_.post(r);
     }
+    eps = endpoints_;
+    for (Endpoint* ep : eps) ep->borrowed_.fetch_add(1, std::memory_order_relaxed);
   }
   raise(domain_, this, action.events);
   if (from != nullptr) {
-    raise(domain_, from->rx_cq(), cq_events);
-    if (ack_conn != nullptr) {
-      ack_conn->ack_delivered(ack_seq);
-      from->borrowed_.fetch_sub(1, std::memory_order_release);
-    }
+    raise(domain_, from_cq, cq_events);
+    if (ack_conn != nullptr) ack_conn->ack_delivered(ack_seq);
+    from->borrowed_.fetch_sub(1, std::memory_order_release);
   }
   // A receive was posted or a buffered message consumed: a connection that stalled for want
   // of either may go on.
-  for (Endpoint* ep : endpoints()) ep->resume_if_stalled();
+  for (Endpoint* ep : eps) {
+    ep->resume_if_stalled();
+    ep->borrowed_.fetch_sub(1, std::memory_order_release);
+  }
   raise_deferred();
   return 0;
 }

@@ -96,8 +96,8 @@ class Endpoint final : public Object, public AsyncTarget {
   // answered: successfully at the inject level, with `err` at the others.
   void tx_lost(TxOp* op, int err);
   bool tx_acked(const Connection* c, uint32_t seq, bool delivered);
-  // Connection `c` is gone or never came up: every send submitted to it and not completed
-  // yet completes with `err`.
+  // Connection `c` is gone or never came up (called holding its lock): every send it accepted
+  // in submit() and did not complete yet completes with `err`.
   void abort_sends(Connection* c, int err);
   // A CM event for the EQ (FI_CONNECTED with the peer's data, FI_SHUTDOWN), or an error entry.
   void cm_event(uint32_t event, const void* data, size_t len);
@@ -130,7 +130,7 @@ class Endpoint final : public Object, public AsyncTarget {
                           std::vector<std::unique_ptr<Connection>>* dead, int* err);
   // Resumes the connections that may have stalled for want of a receive or buffer room.
   void wake_stalled();
-  int enable_locked();
+  int enable();
   RecvQueue& queue_locked();
   bool stall_locked();
   // Completes a receive with the message `in` whose payload is in `p` (placed bytes `placed`).
@@ -157,6 +157,7 @@ class Endpoint final : public Object, public AsyncTarget {
   std::mutex mu_;
   bool enabled_ = false;
   bool failed_ = false;
+  bool closing_ = false;  // the destructor runs: nothing more is placed
   bool tx_selective_ = false;
   bool rx_selective_ = false;
   bool stalled_ = false;  // place() refused a message; guarded by mu_

@@ -56,7 +56,7 @@ Unexpected* RecvQueue::add_unexpected(Endpoint* from, const Incoming& in) {
 
 Unexpected* RecvQueue::find_unexpected(bool tagged, uint64_t tag, uint64_t ignore) {
   for (Unexpected& u : unexpected_) {
-    if (u.claimed_by != nullptr || u.taker) continue;
+    if (u.claimed_by != nullptr || u.taker || u.orphan) continue;
     if (u.in.tagged != tagged) continue;
     if (tagged && !tag_matches(u.in.tag, tag, ignore)) continue;
     return &u;
@@ -86,15 +86,24 @@ bool RecvQueue::refers_to(const Connection* c) const {
                      [c](const Unexpected& u) { return u.in.via == c; });
 }
 
-void RecvQueue::drop_from(Endpoint* from) {
+void RecvQueue::orphan(const Endpoint* from) {
+  for (Unexpected& u : unexpected_) {
+    if (u.from == from) u.orphan = true;
+  }
+}
+
+std::vector<PostedRecv> RecvQueue::drop_from(Endpoint* from) {
+  std::vector<PostedRecv> takers;
   for (auto it = unexpected_.begin(); it != unexpected_.end();) {
     if (it->from == from) {
+      if (it->taker) takers.push_back(*it->taker);
       unexpected_bytes_ -= it->in.len;
       it = unexpected_.erase(it);
     } else {
       ++it;
     }
   }
+  return takers;
 }
 
 }  // namespace fabq::prov

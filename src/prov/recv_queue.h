@@ -33,6 +33,7 @@ struct Unexpected {
   Incoming in;
   std::unique_ptr<unsigned char[]> data;
   bool complete = false;            // its whole payload has arrived
+  bool orphan = false;              // its endpoint is closing: no receive may take it
   void* claimed_by = nullptr;       // FI_PEEK | FI_CLAIM: kept for the FI_CLAIM receive with it
   std::optional<PostedRecv> taker;  // a receive posted while it was still arriving
 };
@@ -66,8 +67,11 @@ class RecvQueue {
   void remove(Unexpected* u);
   // Whether a buffered message came through `c` (its delivery acknowledgement goes back there).
   bool refers_to(const Connection* c) const;
-  // Forgets every message that arrived on `from` (it is closing).
-  void drop_from(Endpoint* from);
+  // Keeps every message that arrived on `from` from receives (it is closing).
+  void orphan(const Endpoint* from);
+  // Forgets every message that arrived on `from` (it is closing). Returns the receives that
+  // were waiting for the rest of one of them (Unexpected::taker).
+  std::vector<PostedRecv> drop_from(Endpoint* from);
 
  private:
   const size_t capacity_;

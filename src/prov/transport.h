@@ -64,6 +64,7 @@ struct TxOp {
   Connection* conn = nullptr;  // the connection it is submitted to (an RDM endpoint has many)
   unsigned char inject[kInjectSize] = {};  // fi_inject / FI_INJECT: the data, copied
   // Owned by the transport while submitted:
+  bool accepted = false;  // the connection took it (set under its lock in submit())
   unsigned char header[32] = {};
   size_t written = 0;  // header and payload bytes handed to the kernel
 };

@@ -299,6 +299,8 @@ Conn::Conn(Engine* engine, prov::Endpoint* ep, core::UniqueFd fd, size_t max_pay
 Conn::~Conn() {
   std::lock_guard elock(engine_->mu());
   std::lock_guard lock(mu_);
+  // Destroyed inside a message (its endpoint is closing): the receive it was filling goes back.
+  if (have_place_ && ep_ != nullptr) ep_->unplace(&place_);
   if (fd_.valid() && registered_) engine_->remove_fd(fd_.get());
   engine_->unschedule(this);  // its calls and its deadline
   fd_.reset();
@@ -509,6 +511,7 @@ int Conn::submit(prov::TxOp* op) {
   if (op->level == prov::TxLevel::kDelivery) h.flags |= wire::kWantDelivered;
   wire::encode(h, op->header);
   op->written = 0;
+  op->accepted = true;
   switch (ep_->take_net_fault()) {
     case core::NetFault::kDrop:
       // Injected loss: the message never reaches the peer.
@@ -1296,24 +1299,28 @@ int RdmListener::getname(void* addr, size_t* len) {
 
 void RdmListener::resume() {
   std::lock_guard lock(mu_);
-  for (const auto& c : conns_) {
-    if (!c->closed()) c->resume();
+  sweep_locked();
+  for (const auto& c : conns_) c->resume();
+}
+
+// Connections whose peer went away leave once nothing refers to them (a buffered message that
+// came through one still owes its sender a delivery acknowledgement). Through the engine: a
+// readiness report of the round in progress may still name one.
+void RdmListener::sweep_locked() {
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    if ((*it)->closed() && ep_->can_free(it->get())) {
+      engine_->retire(std::move(*it));
+      it = conns_.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 
 void RdmListener::on_ready(uint32_t) {
   {
-    // Connections whose peer went away leave once nothing refers to them (a buffered message
-    // that came through one still owes its sender a delivery acknowledgement).
     std::lock_guard lock(mu_);
-    for (auto it = conns_.begin(); it != conns_.end();) {
-      if ((*it)->closed() && ep_->can_free(it->get())) {
-        engine_->retire(std::move(*it));
-        it = conns_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    sweep_locked();
   }
   for (;;) {
     core::UniqueFd fd(accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));

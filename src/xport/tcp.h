@@ -265,6 +265,8 @@ class RdmListener final : public prov::Listener, public Pollable {
   void on_ready(uint32_t events) override;
 
  private:
+  void sweep_locked();
+
   Engine* const engine_;
   prov::Endpoint* const ep_;
   core::UniqueFd fd_;

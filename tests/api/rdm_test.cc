@@ -131,11 +131,13 @@ class Rdm : public ::testing::Test {
   std::vector<Ep*> eps_;
 };
 
-// A port on 127.0.0.1 that nobody listens on (bound, not listening, then closed).
+// A port nobody listens on (bound, not listening, then closed). On 127.0.0.2, where no test
+// listens (they all listen on 127.0.0.1), so that a test running at the same time cannot take
+// the port over and receive what was meant for nobody.
 sockaddr_in dead_address() {
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1);
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   socklen_t len = sizeof(a);
   bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
