@@ -653,6 +653,7 @@ int Endpoint::enable() {
 
 bool Endpoint::can_free(const Connection* c) {
   std::lock_guard lock(mu_);
+  std::erase(stalled_, c);  // closed: nothing to resume
   std::unique_lock<std::mutex> slock;
   if (srx_ != nullptr) slock = std::unique_lock(srx_->mu_);
   return borrowed_.load(std::memory_order_acquire) == 0 && !queue_locked().refers_to(c);
@@ -723,7 +724,7 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
       ack_conn = u->in.via;
       borrowed_.fetch_add(1, std::memory_order_relaxed);
     }
-    resume = std::exchange(stalled_, false) || resume;
+    resume = resume || !stalled_.empty();
   };
   {
     std::lock_guard lock(mu_);
@@ -791,7 +792,7 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
         }
       } else {
         queue_.post(r);
-        resume = std::exchange(stalled_, false);
+        resume = !stalled_.empty();
       }
     }
   }
@@ -807,16 +808,19 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
 }
 
 void Endpoint::wake_stalled() {
-  // Set before any message could stall (fi_connect, fi_enable), and kept until close.
-  Connection* c = nullptr;
+  // A stall recorded after the swap is one this call's post did not cure: it waits for the
+  // next. The connections are borrowed until resumed; the listener lives until close.
+  std::vector<Connection*> conns;
   Listener* l = nullptr;
   {
     std::lock_guard lock(mu_);
-    c = conn_.get();
+    conns.swap(stalled_);
+    if (!conns.empty()) borrowed_.fetch_add(1, std::memory_order_relaxed);
     l = listener_.get();
   }
-  if (c != nullptr) c->resume();
-  if (l != nullptr) l->resume();
+  for (Connection* c : conns) c->resume();
+  if (!conns.empty()) borrowed_.fetch_sub(1, std::memory_order_release);
+  if (l != nullptr) l->sweep();
 }
 
 ssize_t Endpoint::cancel(void* context) {
@@ -875,7 +879,7 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
       // A receive may be posted for it, but its completion would find no room: wait for the
       // application to read the CQ. Retried at every progress round until then.
       retry_ = true;
-      return stall_locked();
+      return stall_locked(in);
     }
     r = srx_->queue_.take_match(in);
     if (r) {
@@ -885,13 +889,13 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
       }
     } else {
       if (cq != nullptr) cq->queue().cancel_reservation(1);
-      if (!srx_->queue_.room_for(in.len)) return stall_locked();
+      if (!srx_->queue_.room_for(in.len)) return stall_locked(in);
       unexpected = srx_->queue_.add_unexpected(this, in);
     }
   } else {
     r = queue_.take_match(in);
     if (!r) {
-      if (!queue_.room_for(in.len)) return stall_locked();
+      if (!queue_.room_for(in.len)) return stall_locked(in);
       unexpected = queue_.add_unexpected(this, in);
     }
   }
@@ -912,8 +916,10 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
   return true;
 }
 
-bool Endpoint::stall_locked() {
-  stalled_ = true;
+bool Endpoint::stall_locked(const Incoming& in) {
+  if (in.via != nullptr && std::find(stalled_.begin(), stalled_.end(), in.via) == stalled_.end()) {
+    stalled_.push_back(in.via);
+  }
   return false;
 }
 
@@ -923,12 +929,7 @@ bool Endpoint::take_retry() {
 }
 
 void Endpoint::resume_if_stalled() {
-  bool stalled;
-  {
-    std::lock_guard lock(mu_);
-    stalled = std::exchange(stalled_, false);
-  }
-  if (stalled) wake_stalled();
+  wake_stalled();
 }
 
 bool Endpoint::placed(const Incoming& in, Placement* p) {
@@ -1000,6 +1001,10 @@ void Endpoint::unplace(Placement* p) {
     back->owner = nullptr;
   }
   queue_locked().post_front(*back);
+  // A connection that stalled for want of a receive may take this one. Resuming only schedules
+  // it (the engine's scheduling lock, innermost), so it is done here, under the locks.
+  for (Connection* c : stalled_) c->resume();
+  stalled_.clear();
 }
 
 // --- sending

@@ -102,9 +102,9 @@ class Endpoint final : public Object, public AsyncTarget {
   // A CM event for the EQ (FI_CONNECTED with the peer's data, FI_SHUTDOWN), or an error entry.
   void cm_event(uint32_t event, const void* data, size_t len);
   void cm_error(int err, const void* data, size_t len);
-  // The connection stalled in place() (no receive, no room to buffer): a post that changes
-  // that resumes it. Stalling and resuming meet under the endpoint's lock, so no resume is
-  // lost.
+  // The connections that stalled in place() (no receive, no room to buffer) are resumed by a
+  // post that changes that, or by a receive given back (unplace). Each stall is recorded under
+  // the endpoint's lock and taken under it to be resumed, so no resume is lost.
   void resume_if_stalled();
   // After place() refused: true when only a full CQ stood in the way, which no post will
   // change, so the connection retries at every progress round instead of waiting for one.
@@ -132,7 +132,8 @@ class Endpoint final : public Object, public AsyncTarget {
   void wake_stalled();
   int enable();
   RecvQueue& queue_locked();
-  bool stall_locked();
+  // Records that the connection `in` came through stalled; returns false (place() refuses).
+  bool stall_locked(const Incoming& in);
   // Completes a receive with the message `in` whose payload is in `p` (placed bytes `placed`).
   void complete_recv(const PostedRecv& r, const Incoming& in, size_t placed,
                      std::vector<uint32_t>* events);
@@ -160,8 +161,8 @@ class Endpoint final : public Object, public AsyncTarget {
   bool closing_ = false;  // the destructor runs: nothing more is placed
   bool tx_selective_ = false;
   bool rx_selective_ = false;
-  bool stalled_ = false;  // place() refused a message; guarded by mu_
-  bool retry_ = false;    // ... because the receive CQ was full; guarded by mu_
+  std::vector<Connection*> stalled_;  // those place() refused a message; guarded by mu_
+  bool retry_ = false;                // ... because the receive CQ was full; guarded by mu_
   Eq* eq_ = nullptr;
   Cq* tx_cq_ = nullptr;
   std::atomic<Cq*> rx_cq_{nullptr};  // set once at bind (release), under mu_

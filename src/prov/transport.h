@@ -149,8 +149,8 @@ class Listener {
  public:
   virtual ~Listener() = default;
   virtual int getname(void* addr, size_t* len) = 0;
-  // Receives were posted or buffered messages consumed: stalled connections may go on.
-  virtual void resume() = 0;
+  // Frees the accepted connections that closed and that nothing refers to any more.
+  virtual void sweep() = 0;
 };
 
 // One per fabric: the progress engine of every connection and listener on it.

@@ -1297,10 +1297,9 @@ int RdmListener::getname(void* addr, size_t* len) {
   return copy_addr(addr_, addr, len);
 }
 
-void RdmListener::resume() {
+void RdmListener::sweep() {
   std::lock_guard lock(mu_);
   sweep_locked();
-  for (const auto& c : conns_) c->resume();
 }
 
 // Connections whose peer went away leave once nothing refers to them (a buffered message that

@@ -261,7 +261,7 @@ class RdmListener final : public prov::Listener, public Pollable {
   int open(const sockaddr_in& addr);
 
   int getname(void* addr, size_t* len) override;
-  void resume() override;
+  void sweep() override;
   void on_ready(uint32_t events) override;
 
  private:
