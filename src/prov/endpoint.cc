@@ -1338,11 +1338,6 @@ void Srx::attach(Endpoint* ep) {
   endpoints_.push_back(ep);
 }
 
-void Srx::detach(Endpoint* ep) {
-  std::lock_guard lock(mu_);
-  std::erase(endpoints_, ep);
-}
-
 ssize_t Srx::post_recv(const PostedRecv& posted) {
   PostedRecv r = posted;
   FaultAction action;

@@ -210,7 +210,6 @@ class Srx final : public Object, public AsyncTarget {
   bool fail();
   void arm_limit(size_t limit);
   void attach(Endpoint* ep);
-  void detach(Endpoint* ep);
 
  private:
   friend struct SrxOps;
