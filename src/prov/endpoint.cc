@@ -802,12 +802,12 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
     ack_conn->ack_delivered(ack_seq);
     borrowed_.fetch_sub(1, std::memory_order_release);
   }
-  if (resume) wake_stalled();
+  if (resume) resume_if_stalled();
   raise_deferred();
   return 0;
 }
 
-void Endpoint::wake_stalled() {
+void Endpoint::resume_if_stalled() {
   // A stall recorded after the swap is one this call's post did not cure: it waits for the
   // next. The connections are borrowed until resumed; the listener lives until close.
   std::vector<Connection*> conns;
@@ -926,10 +926,6 @@ bool Endpoint::stall_locked(const Incoming& in) {
 bool Endpoint::take_retry() {
   std::lock_guard lock(mu_);
   return std::exchange(retry_, false);
-}
-
-void Endpoint::resume_if_stalled() {
-  wake_stalled();
 }
 
 bool Endpoint::placed(const Incoming& in, Placement* p) {
@@ -1119,27 +1115,23 @@ Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer
     return nullptr;
   }
   if (dest >= peers_.size()) peers_.resize(dest + 1);
-  Peer& p = peers_[dest];
-  if (p.conn != nullptr && p.conn->open() && p.addr.sin_addr.s_addr == sa.sin_addr.s_addr &&
-      p.addr.sin_port == sa.sin_port) {
-    return p.conn.get();
-  }
-  // The AV entry changed, or the last connection to it closed (its sends were failed then).
-  // Another thread may still be submitting to it: it is freed once none borrows one.
-  if (p.conn != nullptr) retired_.push_back(std::move(p.conn));
+  std::unique_ptr<Connection>& p = peers_[dest];
+  if (p != nullptr && p->open()) return p.get();
+  // The last connection to it closed (its sends were failed then). Another thread may still be
+  // submitting to it: it is freed once none borrows one.
+  if (p != nullptr) retired_.push_back(std::move(p));
   if (borrowed_.load(std::memory_order_acquire) == 0) {
     for (auto& c : retired_) dead->push_back(std::move(c));
     retired_.clear();
   }
-  p.conn.reset(make_connection(this, nullptr, err));
-  if (p.conn == nullptr) {
+  p.reset(make_connection(this, nullptr, err));
+  if (p == nullptr) {
     if (*err == 0) *err = -FI_ENOMEM;
     return nullptr;
   }
-  p.addr = sa;
   *peer = sa;
   *fresh = true;
-  return p.conn.get();
+  return p.get();
 }
 
 void Endpoint::finish_send(uint32_t index, int err, std::vector<uint32_t>* events) {

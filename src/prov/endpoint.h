@@ -128,8 +128,6 @@ class Endpoint final : public Object, public AsyncTarget {
   // goes to *dead, to be destroyed then too.
   Connection* peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer,
                           std::vector<std::unique_ptr<Connection>>* dead, int* err);
-  // Resumes the connections that may have stalled for want of a receive or buffer room.
-  void wake_stalled();
   int enable();
   RecvQueue& queue_locked();
   // Records that the connection `in` came through stalled; returns false (place() refuses).
@@ -184,14 +182,11 @@ class Endpoint final : public Object, public AsyncTarget {
   uint32_t tx_gen_ = 0;
   // MSG: created by fi_connect, or at open for an endpoint opened from a CONNREQ. RDM: the
   // listener, opened by fi_enable, and the outgoing connection to each peer, indexed by
-  // fi_addr_t (with the address it was made for). All destroyed first.
+  // fi_addr_t (an AV never hands out an index twice, so an index always names one address).
+  // All destroyed first.
   std::unique_ptr<Connection> conn_;
   std::unique_ptr<Listener> listener_;
-  struct Peer {
-    sockaddr_in addr{};
-    std::unique_ptr<Connection> conn;
-  };
-  std::vector<Peer> peers_;
+  std::vector<std::unique_ptr<Connection>> peers_;
   // Replaced outgoing connections, freed once no thread borrows one.
   std::vector<std::unique_ptr<Connection>> retired_;
   // Threads using a connection they found under mu_ after releasing it (a send submitting, a
