@@ -76,6 +76,10 @@ extern "C" FI_EXT_INI {
   define_and_read("keepalive_ms", &g_params.keepalive_ms,
                   "Milliseconds after which a connection whose peer stopped answering TCP "
                   "keep-alive probes fails with FI_FABQ_EVENT_EP_FATAL");
+  define_and_read("shm", &g_params.shm,
+                  "1: a connection between two endpoints of one host moves its frames through "
+                  "shared memory, the socket only waking and closing it; 0: always the socket",
+                  /*allow_zero=*/true);
   // Read at every fi_domain (so that it can differ between domains); defined here so that
   // `fi_info -e` lists it. Grammar: include/fabq/fi_fabq.h, docs/fi_fabq.7.md.
   fi_param_define(&fabq::prov::g_provider, "faults", FI_PARAM_STRING,

@@ -34,6 +34,7 @@ struct Params {
   size_t unexpected_bytes = 16 << 20;  // FI_FABQ_UNEXPECTED_BYTES: buffered per receive queue
   size_t connect_timeout_ms = 10000;   // FI_FABQ_CONNECT_TIMEOUT_MS
   size_t keepalive_ms = 30000;         // FI_FABQ_KEEPALIVE_MS: a silent peer is gone after this
+  size_t shm = 1;                      // FI_FABQ_SHM: same-host connections move data in shm
 };
 
 const Params& params();

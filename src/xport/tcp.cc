@@ -1,6 +1,7 @@
 #include "xport/tcp.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <rdma/fi_cm.h>
@@ -187,6 +188,56 @@ void Engine::set_deadline(Pollable* p, int64_t ns) {
   if (ns != 0 && waiters_.load(std::memory_order_acquire) > 0) kick();
 }
 
+void Engine::add_shm(Conn* c) {
+  {
+    std::lock_guard lock(shm_mu_);
+    shm_.push_back(c);
+    shm_changed_.store(true, std::memory_order_release);
+    has_shm_.store(true, std::memory_order_release);
+  }
+  kick_if_waiting();
+}
+
+void Engine::remove_shm(Conn* c) {
+  std::lock_guard lock(shm_mu_);
+  if (std::erase(shm_, c) > 0) shm_changed_.store(true, std::memory_order_release);
+  has_shm_.store(!shm_.empty(), std::memory_order_release);
+}
+
+void Engine::forget_shm(Conn* c) {
+  remove_shm(c);
+  // A round in progress may hold it in its copy.
+  std::replace(shm_run_.begin(), shm_run_.end(), c, static_cast<Conn*>(nullptr));
+}
+
+void Engine::refresh_shm_locked() {
+  if (!shm_changed_.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(shm_mu_);
+  shm_run_ = shm_;
+  shm_changed_.store(false, std::memory_order_release);
+}
+
+void Engine::poll_shm_locked() {
+  refresh_shm_locked();
+  // By index: a connection's callbacks may destroy another one, which nulls its entry.
+  for (size_t i = 0; i < shm_run_.size(); ++i) {
+    if (Conn* c = shm_run_[i]) c->poll_shm();
+  }
+}
+
+bool Engine::arm_shm_locked() {
+  refresh_shm_locked();
+  bool work = false;
+  for (Conn* c : shm_run_) {
+    if (c != nullptr && c->arm_shm()) work = true;
+  }
+  return work;
+}
+
+void Engine::kick_if_waiting() {
+  if (waiters_.load(std::memory_order_acquire) > 0) kick();
+}
+
 void Engine::kick() {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(kick_fd_.get(), &one, sizeof(one));
@@ -203,6 +254,7 @@ void Engine::run_locked() {
   epoll_event ev[kMaxEvents];
   const int n = epoll_wait(epfd_.get(), ev, kMaxEvents, 0);
   for (int i = 0; i < n; ++i) static_cast<Pollable*>(ev[i].data.ptr)->on_ready(ev[i].events);
+  if (!shm_run_.empty() || shm_changed_.load(std::memory_order_relaxed)) poll_shm_locked();
   if (has_scheduled_.load(std::memory_order_acquire)) {
     {
       std::lock_guard lock(sched_mu_);
@@ -258,6 +310,11 @@ void Engine::thread_main() {
       continue;
     }
     int timeout = -1;
+    if (has_shm_.load(std::memory_order_acquire)) {
+      // Rings are not in the epoll set: ask their peers for a doorbell before sleeping.
+      std::lock_guard lock(mu_);
+      if (arm_shm_locked()) timeout = 0;
+    }
     {
       std::lock_guard lock(sched_mu_);
       if (has_scheduled_.load(std::memory_order_acquire)) timeout = 0;
@@ -303,6 +360,7 @@ Conn::~Conn() {
   if (have_place_ && ep_ != nullptr) ep_->unplace(&place_);
   if (fd_.valid() && registered_) engine_->remove_fd(fd_.get());
   engine_->unschedule(this);  // its calls and its deadline
+  engine_->forget_shm(this);  // the mapping goes with the members, once no round can see it
   fd_.reset();
 }
 
@@ -322,6 +380,12 @@ void Conn::close_socket_locked() {
   }
   engine_->set_deadline(this, 0);
   set_state(State::kClosed);
+  if (shm_agreed_) {
+    engine_->remove_shm(this);
+    shm_rx_open_.store(false, std::memory_order_relaxed);
+    shm_tx_blocked_.store(false, std::memory_order_relaxed);
+  }
+  seg_.unlink();  // a handshake cut short: the name must not outlive it
 }
 
 void Conn::want_write_locked(bool on) {
@@ -333,13 +397,26 @@ void Conn::want_write_locked(bool on) {
 // The socket is in the epoll set exactly while there is something to wait for. Out of it, a
 // peer's hang-up is not reported either: a stalled or pending connection whose peer left does
 // not make the progress thread spin; it is looked at again when it is resumed.
+//
+// Once frames go through shared memory, the socket carries doorbells for both directions: it
+// is read while it is open, stalled or not, and never waited on for writing.
 void Conn::update_interest_locked() {
   if (!fd_.valid()) return;
   const State s = state();
   const bool open = s != State::kClosed && s != State::kIdle;
-  const bool reading = open && !stalled_ && s != State::kPending;
-  const uint32_t want =
-      (reading ? kIn : 0) | (open && (writing_ || s == State::kConnecting) ? kOut : 0);
+  if (shm_agreed_) {
+    const bool rx_open = open && rx_shm_ && !stalled_;
+    if (rx_open && !shm_rx_open_.exchange(true, std::memory_order_relaxed)) {
+      // The progress thread may be asleep without having asked this ring for a doorbell.
+      engine_->kick_if_waiting();
+    } else if (!rx_open) {
+      shm_rx_open_.store(false, std::memory_order_relaxed);
+    }
+  }
+  const bool reading =
+      open && (rx_shm_ || tx_shm_ ? !peer_eof_ : !stalled_ && s != State::kPending);
+  const bool waiting_out = open && !tx_shm_ && (writing_ || s == State::kConnecting);
+  const uint32_t want = (reading ? kIn : 0) | (waiting_out ? kOut : 0);
   if (want == interest_ && registered_ == (want != 0)) return;
   if (want == 0) {
     if (registered_) engine_->remove_fd(fd_.get());
@@ -352,11 +429,15 @@ void Conn::update_interest_locked() {
   interest_ = want;
 }
 
-void Conn::queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len) {
+void Conn::queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len,
+                             uint32_t flags, uint64_t tag, uint64_t hdata) {
   wire::Header h;
   h.op = op;
   h.seq = seq;
   h.length = static_cast<uint32_t>(len);
+  h.flags = flags;
+  h.tag = tag;
+  h.data = hdata;
   unsigned char hdr[wire::kHeaderSize];
   wire::encode(h, hdr);
   ctrl_.insert(ctrl_.end(), hdr, hdr + sizeof(hdr));
@@ -404,7 +485,13 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
     }
   }
   peer_ = peer;
-  queue_ctrl_locked(wire::Op::kConnReq, 0, data, len);
+  // A peer on this host is offered shared memory; it takes it or not in its answer.
+  if (prov::params().shm != 0 && is_local(peer)) seg_ = shm::Segment::create();
+  if (seg_.valid()) {
+    queue_ctrl_locked(wire::Op::kConnReq, 0, data, len, wire::kShmOffer, seg_.id(), seg_.nonce());
+  } else {
+    queue_ctrl_locked(wire::Op::kConnReq, 0, data, len);
+  }
   const int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&peer), sizeof(peer));
   const int e = rc == 0 ? 0 : errno;
   fd_ = std::move(fd);
@@ -462,7 +549,9 @@ int Conn::accept(const void* data, size_t len) {
   if (state() != State::kPending || ep_ == nullptr) {
     return state() == State::kClosed ? -FI_ECONNABORTED : -FI_EOPBADSTATE;
   }
-  queue_ctrl_locked(wire::Op::kConnAccept, 0, data, len);
+  queue_ctrl_locked(wire::Op::kConnAccept, 0, data, len,
+                    seg_.valid() ? uint32_t{wire::kShmAccept} : 0u);
+  if (seg_.valid()) shm_agreed_locked(/*connecting=*/false);
   set_state(State::kAccepted);
   update_interest_locked();
   engine_->set_deadline(this, connect_deadline());
@@ -565,12 +654,21 @@ int Conn::getpeer(void* addr, size_t* len) {
 // connection failed.
 bool Conn::flush_locked() {
   if (!fd_.valid() || state() == State::kConnecting || state() == State::kClosed) return true;
+  bool bell = false;
   for (;;) {
+    if (tx_switch_pending_ && ctrl_off_ == tx_switch_at_) {
+      // The handshake's last frame is on the socket: everything after it goes to the ring.
+      tx_switch_pending_ = false;
+      tx_shm_ = true;
+      update_interest_locked();
+      if (std::exchange(bell_owed_, false)) bell = true;
+    }
     iovec iov[kIovBatch];
     int cnt = 0;
     const bool with_ctrl = !mid_frame_ && ctrl_off_ < ctrl_.size();
-    if (with_ctrl) iov[cnt++] = {ctrl_.data() + ctrl_off_, ctrl_.size() - ctrl_off_};
-    const size_t sendable = state() == State::kConnected ? send_count_ : 0;
+    const size_t ctrl_end = tx_switch_pending_ ? tx_switch_at_ : ctrl_.size();
+    if (with_ctrl) iov[cnt++] = {ctrl_.data() + ctrl_off_, ctrl_end - ctrl_off_};
+    const size_t sendable = state() == State::kConnected && !tx_switch_pending_ ? send_count_ : 0;
     for (size_t i = 0; i < sendable && cnt + 1 + static_cast<int>(prov::kMaxIov) <= kIovBatch;
          ++i) {
       prov::TxOp* op = sendq_[(send_head_ + i) % sendq_.size()];
@@ -585,6 +683,7 @@ bool Conn::flush_locked() {
     }
     if (cnt == 0) {
       want_write_locked(false);
+      shm_tx_blocked_.store(false, std::memory_order_relaxed);
       if (shutting_ && !shut_queued_ && state() == State::kConnected) {
         // Every send is out: announce the end through the same path, after everything else.
         shut_queued_ = true;
@@ -594,8 +693,9 @@ bool Conn::flush_locked() {
       if (shut_queued_ && !shut_done_) {
         // The announcement is written: close the sending side (reads go on, for the peer's
         // acknowledgements and its own kShutdown) and tell the application its queue drained.
+        // Through shared memory the socket stays whole: it still carries doorbells both ways.
         shut_done_ = true;
-        ::shutdown(fd_.get(), SHUT_WR);
+        if (!tx_shm_) ::shutdown(fd_.get(), SHUT_WR);
         if (ep_ != nullptr) {
           prov::raise_later(ep_->domain(), ep_, FI_FABQ_EVENT_SQ_DRAINED);
           // Both sides see FI_SHUTDOWN, as with rdma_disconnect(): this one now, the peer when
@@ -604,12 +704,34 @@ bool Conn::flush_locked() {
         }
         reported_ = true;
       }
+      if (bell) doorbell_locked();
       return true;
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(cnt);
-    const ssize_t n = sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n;
+    if (tx_shm_) {
+      size_t w = 0;
+      bool b = false;
+      if (tx_ring_.write(iov, cnt, &w, &b) != shm::Status::kOk) {
+        fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "the peer corrupted a shared ring");
+        return false;
+      }
+      bell |= b;
+      if (w == 0) {
+        if (tx_ring_.arm_producer()) continue;  // the peer made room meanwhile
+        if (bell) doorbell_locked();
+        // Full: the peer rings when it makes room; the engine also looks every round.
+        shm_tx_blocked_.store(true, std::memory_order_relaxed);
+        want_write_locked(true);
+        return true;
+      }
+      shm_tx_blocked_.store(false, std::memory_order_relaxed);
+      n = static_cast<ssize_t>(w);
+    } else {
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(cnt);
+      n = sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -625,10 +747,10 @@ bool Conn::flush_locked() {
     }
     size_t left = static_cast<size_t>(n);
     if (with_ctrl) {
-      const size_t c = std::min(left, ctrl_.size() - ctrl_off_);
+      const size_t c = std::min(left, ctrl_end - ctrl_off_);
       ctrl_off_ += c;
       left -= c;
-      if (ctrl_off_ == ctrl_.size()) {
+      if (ctrl_off_ == ctrl_.size() && !tx_switch_pending_) {
         ctrl_.clear();
         ctrl_off_ = 0;
       }
@@ -691,6 +813,18 @@ void Conn::on_ready(uint32_t events) {
     flush_locked();
     return;
   }
+  if (rx_shm_) {
+    // A doorbell, the end of the socket, or a call from schedule(): look at both rings.
+    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) drain_doorbells_locked();
+    if (state() == State::kClosed) return;
+    if (!flush_locked()) return;
+    if (stalled_ && (events & EPOLLIN) != 0) {
+      stalled_ = false;
+      update_interest_locked();
+    }
+    if (!stalled_) read_locked();
+    return;
+  }
   if (events & EPOLLOUT) {
     if (!flush_locked()) return;
   }
@@ -714,6 +848,11 @@ void Conn::read_locked() {
       return;
     }
     rpos_ = rlen_ = 0;
+    if (rx_shm_) {
+      // The handshake is over: the peer's frames are in the ring.
+      read_shm_locked();
+      return;
+    }
     // A short read emptied the socket: asking again would only hear EAGAIN. What comes next is
     // read at the next progress (epoll is level-triggered, so a waiter still hears of it).
     if (drained) return;
@@ -765,6 +904,7 @@ void Conn::read_locked() {
 // Consumes bytes p[0..n) of the stream. True when all were consumed (more are wanted); false
 // when the connection stalled or ended (*used says how far it got).
 bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
+  const bool from_socket = !rx_shm_;
   size_t off = 0;
   for (;;) {
     if (state() == State::kClosed) {
@@ -792,6 +932,12 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
         framer_.next_frame();
         have_place_ = false;
         placed_ = 0;
+        if (from_socket && rx_shm_) {
+          // That was the handshake's last frame on the socket; what follows it there is
+          // doorbells, and the frames are in the ring.
+          *used = n;
+          return true;
+        }
         continue;
       }
       if (off == n) break;
@@ -885,10 +1031,19 @@ bool Conn::frame_done_locked() {
           return false;
         }
         peer_name_ = name;
-        queue_ctrl_locked(wire::Op::kConnAccept, 0, nullptr, 0);
+        if (prov::params().shm != 0 && (h.flags & wire::kShmOffer) != 0) {
+          seg_ = shm::Segment::open(h.tag, h.data);
+        }
+        queue_ctrl_locked(wire::Op::kConnAccept, 0, nullptr, 0,
+                          seg_.valid() ? uint32_t{wire::kShmAccept} : 0u);
+        if (seg_.valid()) shm_agreed_locked(/*connecting=*/false);
         set_state(State::kAccepted);
         engine_->set_deadline(this, connect_deadline());
         return flush_locked();
+      }
+      // Mapped now, taken (or dropped) by fi_accept / fi_reject.
+      if (prov::params().shm != 0 && (h.flags & wire::kShmOffer) != 0) {
+        seg_ = shm::Segment::open(h.tag, h.data);
       }
       set_state(State::kPending);
       engine_->set_deadline(this, 0);
@@ -896,10 +1051,24 @@ bool Conn::frame_done_locked() {
       if (pep_ != nullptr) pep_->request(this, cm_buf_, h.length);
       return false;
     case wire::Op::kConnAccept:
+      if ((h.flags & wire::kShmAccept) != 0) {
+        if (!seg_.valid()) {
+          fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR,
+                      "shared memory taken but not offered");
+          return false;
+        }
+        // The peer's frames come through the ring from here on; ours after kConnReady.
+        shm_agreed_locked(/*connecting=*/true);
+        rx_shm_ = true;
+      } else {
+        seg_ = {};  // declined (another host, or shared memory off there)
+      }
       engine_->set_deadline(this, 0);
       was_connected_ = true;
       set_state(State::kConnected);
       queue_ctrl_locked(wire::Op::kConnReady, 0, nullptr, 0);
+      if (shm_agreed_) tx_switch_at_ = ctrl_.size();
+      update_interest_locked();
       if (!rdm_) ep_->cm_event(FI_CONNECTED, cm_buf_, h.length);
       return flush_locked();  // and the sends queued while connecting
     case wire::Op::kConnReject:
@@ -911,6 +1080,8 @@ bool Conn::frame_done_locked() {
       engine_->set_deadline(this, 0);
       was_connected_ = true;
       set_state(State::kConnected);
+      if (shm_agreed_) rx_shm_ = true;  // the peer's next frame is in the ring
+      update_interest_locked();
       if (!rdm_) ep_->cm_event(FI_CONNECTED, nullptr, 0);
       return true;
     case wire::Op::kMsg:
@@ -940,6 +1111,116 @@ bool Conn::frame_done_locked() {
       return false;
   }
   return true;
+}
+
+// --- Conn: shared memory
+
+// Same host: the peer's address is one of this host's (which includes every loopback one).
+bool Conn::is_local(const sockaddr_in& peer) const {
+  if ((ntohl(peer.sin_addr.s_addr) >> 24) == 127) return true;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool local = false;
+  for (ifaddrs* i = list; i != nullptr && !local; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    local =
+        reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == peer.sin_addr.s_addr;
+  }
+  freeifaddrs(list);
+  return local;
+}
+
+void Conn::shm_agreed_locked(bool connecting) {
+  seg_.unlink();
+  tx_ring_ = seg_.tx(connecting);
+  rx_ring_ = seg_.rx(connecting);
+  shm_agreed_ = true;
+  tx_switch_pending_ = true;
+  tx_switch_at_ = ctrl_.size();
+  engine_->add_shm(this);
+}
+
+void Conn::poll_shm() {
+  const bool rx = shm_rx_open_.load(std::memory_order_relaxed) && rx_ring_.readable();
+  const bool tx = shm_tx_blocked_.load(std::memory_order_relaxed) && tx_ring_.writable();
+  if (!rx && !tx) return;
+  std::lock_guard lock(mu_);
+  if (state() == State::kClosed) return;
+  if (tx && !flush_locked()) return;
+  if (rx_shm_ && !stalled_) read_locked();
+}
+
+bool Conn::arm_shm() {
+  bool work = false;
+  if (shm_rx_open_.load(std::memory_order_relaxed)) work = rx_ring_.arm_consumer();
+  if (shm_tx_blocked_.load(std::memory_order_relaxed) && tx_ring_.arm_producer()) work = true;
+  return work;
+}
+
+// Reads the peer's frames from the ring until it is empty, the connection stalls or ends.
+void Conn::read_shm_locked() {
+  bool bell = false;
+  for (;;) {
+    const State s = state();
+    if (s == State::kClosed || s == State::kPending) break;
+    if (ctrl_.size() - ctrl_off_ > kCtrlBacklog) break;  // resumed by the flush that empties it
+    const unsigned char* p = nullptr;
+    size_t contiguous = 0;
+    size_t avail = 0;
+    if (rx_ring_.peek(&p, &contiguous, &avail) != shm::Status::kOk) {
+      fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "the peer corrupted a shared ring");
+      return;
+    }
+    if (avail == 0) {
+      if (!peer_eof_) break;
+      // The socket ended and the ring is empty: everything the peer wrote has been read.
+      if (bell) doorbell_locked();
+      if (framer_.between_frames()) {
+        peer_closed_locked();
+      } else {
+        fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "connection closed inside a frame");
+      }
+      return;
+    }
+    size_t used = 0;
+    const bool more = handle_bytes_locked(p, contiguous, &used);
+    if (rx_ring_.consume(used)) bell = true;
+    if (!more) break;
+  }
+  if (bell && state() != State::kClosed) doorbell_locked();
+}
+
+// Empties the socket of doorbells; notes its end or fails the connection on its error.
+void Conn::drain_doorbells_locked() {
+  for (;;) {
+    const ssize_t n = recv(fd_.get(), rbuf_.get(), kReadBuffer, MSG_DONTWAIT);
+    if (n > 0) {
+      if (static_cast<size_t>(n) < kReadBuffer) return;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n == 0 || errno == ECONNRESET || errno == EPIPE) {
+      // The peer is gone or closed; the ring may still hold its last frames.
+      peer_eof_ = true;
+      update_interest_locked();
+      return;
+    }
+    fail_locked(fi_errno_of(errno), FI_FABQ_EVENT_EP_FATAL, strerror(errno));
+    return;
+  }
+}
+
+void Conn::doorbell_locked() {
+  if (!tx_shm_) {
+    // The handshake's last frame is not on the socket yet: the bell must not go before it.
+    bell_owed_ = true;
+    return;
+  }
+  if (!fd_.valid() || peer_eof_) return;
+  const unsigned char bell = 0;
+  // A full socket already holds a doorbell the peer has not read: this one is not needed.
+  [[maybe_unused]] ssize_t n = send(fd_.get(), &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 void Conn::peer_closed_locked() {

@@ -17,6 +17,11 @@
 // connected to the one that accepted (acknowledgements flow back), so two endpoints that send
 // to each other hold two connections, and messages between them keep their order.
 //
+// Two endpoints of one host move their frames through shared memory once connected
+// (xport/shm.h): the same Conn, the same frames; only where the bytes go changes. The engine
+// then looks at those rings every round, without a system call, and a sleeping progress
+// thread is woken by the doorbell the peer writes to the socket.
+//
 // Locks: Engine::mu_ (the engine lock) guards the epoll set's membership and the dispatch of
 // readiness; Conn::mu_ guards one connection. Order: engine, connection, endpoint (see
 // prov/transport.h). Callbacks into endpoints are made holding the connection's lock; events
@@ -36,6 +41,7 @@
 
 #include "core/unique_fd.h"
 #include "prov/transport.h"
+#include "xport/shm.h"
 #include "xport/wire.h"
 
 namespace fabq::prov {
@@ -53,6 +59,8 @@ class Pollable {
   // A deadline passed (see Engine::set_deadline).
   virtual void on_deadline() {}
 };
+
+class Conn;
 
 class Engine final : public prov::Transport {
  public:
@@ -80,8 +88,21 @@ class Engine final : public prov::Transport {
   void set_deadline(Pollable* p, int64_t ns);
   std::recursive_mutex& mu() { return mu_; }
 
+  // Connections with a shared-memory ring, looked at every round. Any thread, with or without
+  // the connection's lock; forget_shm() only under the engine lock (from ~Conn).
+  void add_shm(Conn* c);
+  void remove_shm(Conn* c);
+  void forget_shm(Conn* c);
+  // Wakes the progress thread if somebody waits (a ring it does not watch yet may fill).
+  void kick_if_waiting();
+
  private:
   void run_locked();
+  void refresh_shm_locked();
+  void poll_shm_locked();
+  // Before the progress thread sleeps: asks every ring for a doorbell. True if one has work
+  // already (do not sleep).
+  bool arm_shm_locked();
   void thread_main();
   void kick();
 
@@ -97,6 +118,11 @@ class Engine final : public prov::Transport {
   };
   std::vector<Deadline> deadlines_;
   std::vector<std::unique_ptr<Pollable>> graveyard_;
+  std::mutex shm_mu_;  // guards shm_; taken after a connection's lock, never before
+  std::vector<Conn*> shm_;
+  std::atomic<bool> shm_changed_{false};
+  std::atomic<bool> has_shm_{false};  // shm_ is not empty: a hint for the progress thread
+  std::vector<Conn*> shm_run_;        // shm_ as of this round; guarded by mu_ (null: destroyed)
   std::atomic<bool> has_scheduled_{false};
   std::atomic<bool> has_deadlines_{false};  // hints that spare the common round a lock
   std::atomic<bool> has_graves_{false};
@@ -131,6 +157,11 @@ class Conn final : public prov::Connection, public Pollable {
   void on_ready(uint32_t events) override;
   void on_deadline() override;
 
+  // The engine, holding its lock, every round: moves ring bytes if there are any to move.
+  void poll_shm();
+  // The engine before its thread sleeps: asks the peer for a doorbell; true if there is work.
+  bool arm_shm();
+
   // A connection accepted by `pep`, or (null) by the RDM listener of the endpoint it was made
   // for, waiting for its kConnReq.
   void start_accepted(PassiveEp* pep);
@@ -157,7 +188,8 @@ class Conn final : public prov::Connection, public Pollable {
   void read_locked();
   bool handle_bytes_locked(const unsigned char* p, size_t n, size_t* used);
   bool frame_done_locked();
-  void queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len);
+  void queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len,
+                         uint32_t flags = 0, uint64_t tag = 0, uint64_t hdata = 0);
   bool flush_locked();
   void want_write_locked(bool on);
   void update_interest_locked();
@@ -167,6 +199,14 @@ class Conn final : public prov::Connection, public Pollable {
   void refused_locked(int err, const void* data, size_t len);
   void peer_closed_locked();
   void close_socket_locked();
+  // Shared memory (xport/shm.h).
+  bool is_local(const sockaddr_in& peer) const;
+  // Both sides agreed on seg_: its rings are this connection's, the engine polls them, and
+  // this side's frames move to its ring once what ctrl_ holds now is on the socket.
+  void shm_agreed_locked(bool connecting);
+  void read_shm_locked();
+  void drain_doorbells_locked();
+  void doorbell_locked();
 
   Engine* const engine_;
   prov::Endpoint* ep_;    // null while passive and not adopted
@@ -205,6 +245,22 @@ class Conn final : public prov::Connection, public Pollable {
   std::vector<unsigned char> ctrl_;
   size_t ctrl_off_ = 0;
   bool mid_frame_ = false;  // the head op is partly written
+  // Shared memory: the segment (offered, or mapped from the peer's offer), its rings once both
+  // sides agreed, and which directions moved to them. The mapping lives as long as the Conn:
+  // the engine looks at the rings without the connection's lock.
+  shm::Segment seg_;
+  bool shm_agreed_ = false;
+  shm::Ring tx_ring_;
+  shm::Ring rx_ring_;
+  bool tx_shm_ = false;
+  bool rx_shm_ = false;
+  bool tx_switch_pending_ = false;  // the handshake's last frame goes to the socket first
+  size_t tx_switch_at_ = 0;         // ... ending at this offset of ctrl_
+  bool peer_eof_ = false;           // the socket ended; what is left of the peer is in the ring
+  bool bell_owed_ = false;          // a doorbell waits for this side's switch to the ring
+  // Hints for the engine (relaxed; written under mu_).
+  std::atomic<bool> shm_rx_open_{false};     // the ring may be read (not stalled, not closed)
+  std::atomic<bool> shm_tx_blocked_{false};  // the ring was full with bytes left to write
 
   friend class PassiveEp;
   friend prov::Connection* prov::make_connection(prov::Endpoint*, fid_t, int*);

@@ -73,12 +73,17 @@ Violation decode(const unsigned char* in, size_t max_payload, Header* out) {
   h.seq = get<uint32_t>(in + 12);
   h.tag = get<uint64_t>(in + 16);
   h.data = get<uint64_t>(in + 24);
-  const uint32_t allowed = is_data(h.op) ? kDataFlags : 0;
+  uint32_t allowed = 0;
+  if (is_data(h.op)) allowed = kDataFlags;
+  if (h.op == Op::kConnReq) allowed = kShmOffer;
+  if (h.op == Op::kConnAccept) allowed = kShmAccept;
   if ((h.flags & ~allowed) != 0) return Violation::kBadFlags;
   const size_t limit = is_data(h.op) ? max_payload : is_cm_with_data(h.op) ? kMaxCmData : 0;
   if (h.length > limit) return Violation::kTooLong;
-  if (h.tag != 0 && h.op != Op::kTagged) return Violation::kUnusedField;
-  if (h.data != 0 && (h.flags & kRemoteData) == 0) return Violation::kUnusedField;
+  // A shared-memory offer names its segment in `tag` and proves it with `data`.
+  const bool offer = (h.flags & kShmOffer) != 0;
+  if (h.tag != 0 && h.op != Op::kTagged && !offer) return Violation::kUnusedField;
+  if (h.data != 0 && (h.flags & kRemoteData) == 0 && !offer) return Violation::kUnusedField;
   const bool numbered = is_data(h.op) || h.op == Op::kAckReceived || h.op == Op::kAckDelivered;
   if (h.seq != 0 && !numbered) return Violation::kUnusedField;
   *out = h;

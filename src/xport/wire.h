@@ -18,6 +18,13 @@
 // data); the active side confirms an accept with kConnReady, after which both sides are
 // connected. kShutdown announces an orderly close: the sender sends nothing after it.
 //
+// Two endpoints on one host may move their frames through shared memory instead (xport/shm.h):
+// kConnReq then carries kShmOffer, `tag` naming the segment and `data` its nonce, and a
+// kConnAccept with kShmAccept takes the offer. The frame that ends the handshake in each
+// direction (kConnAccept from the accepting side, kConnReady from the connecting side) is the
+// last one on the socket; every later frame of that direction is in the segment, and every
+// later byte on the socket is a doorbell.
+//
 // The parser never trusts the peer: an unknown op, a flag the op does not allow, a length above
 // the receiver's limit, or a nonzero field an op does not use is a protocol violation, and the
 // connection that sent it is failed. Nothing here allocates or blocks.
@@ -49,11 +56,14 @@ enum class Op : uint8_t {
   kShutdown = 9,      // no payload: the sender has closed its side
 };
 
-// Flags of kMsg and kTagged; other ops allow none.
+// Flags: kMsg and kTagged allow the data flags, kConnReq kShmOffer, kConnAccept kShmAccept;
+// other ops allow none.
 enum Flag : uint32_t {
   kRemoteData = 1u << 0,     // `data` is FI_REMOTE_CQ_DATA for the receiver's completion
   kWantReceived = 1u << 1,   // the sender waits for kAckReceived (FI_TRANSMIT_COMPLETE)
   kWantDelivered = 1u << 2,  // the sender waits for kAckDelivered (FI_DELIVERY_COMPLETE)
+  kShmOffer = 1u << 3,       // kConnReq only: a shared-memory segment is offered (tag, data)
+  kShmAccept = 1u << 4,      // kConnAccept only: the offered segment is taken
 };
 inline constexpr uint32_t kDataFlags = kRemoteData | kWantReceived | kWantDelivered;
 

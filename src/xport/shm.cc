@@ -1,0 +1,241 @@
+#include "xport/shm.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "core/unique_fd.h"
+
+namespace fabq::xport::shm {
+namespace {
+
+constexpr uint64_t kSegmentMagic = 0x31676573'71626166;  // "fabqseg1"
+constexpr size_t kControlOffset = 64;
+constexpr size_t kDataOffset = 4096;
+constexpr size_t kSegmentBytes = kDataOffset + 2 * kRingBytes;
+static_assert((kRingBytes & (kRingBytes - 1)) == 0, "ring indices wrap with a mask");
+static_assert(kControlOffset + 2 * sizeof(RingControl) <= kDataOffset);
+
+struct SegmentHeader {
+  uint64_t magic;
+  uint64_t nonce;
+  uint64_t ring_bytes;
+};
+
+std::atomic<uint32_t> g_next_id{1};
+
+RingControl* control(void* base, int i) {
+  return reinterpret_cast<RingControl*>(static_cast<unsigned char*>(base) + kControlOffset) + i;
+}
+
+unsigned char* data(void* base, int i) {
+  return static_cast<unsigned char*>(base) + kDataOffset + static_cast<size_t>(i) * kRingBytes;
+}
+
+}  // namespace
+
+// --- Ring
+
+Status Ring::peek(const unsigned char** p, size_t* contiguous, size_t* avail) const {
+  // Acquire: pairs with the producer's release of its tail; the bytes before it are written.
+  const uint64_t tail = ctl_->tail.load(std::memory_order_acquire);
+  const uint64_t head = ctl_->head.load(std::memory_order_relaxed);
+  const uint64_t n = tail - head;
+  if (n > kRingBytes) return Status::kCorrupt;
+  const size_t off = static_cast<size_t>(head & (kRingBytes - 1));
+  *p = data_ + off;
+  *avail = static_cast<size_t>(n);
+  *contiguous = std::min(*avail, kRingBytes - off);
+  return Status::kOk;
+}
+
+bool Ring::consume(size_t n) {
+  if (n == 0) return false;
+  const uint64_t head = ctl_->head.load(std::memory_order_relaxed);
+  // Release: this side's reads of the bytes happen before the producer may overwrite them.
+  ctl_->head.store(head + n, std::memory_order_release);
+  // Orders the head store before the flag load (Dekker, with arm_producer()).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return ctl_->producer_blocked.load(std::memory_order_relaxed) != 0 &&
+         ctl_->producer_blocked.exchange(0, std::memory_order_relaxed) != 0;
+}
+
+Status Ring::write(const iovec* iov, int cnt, size_t* written, bool* bell) {
+  *written = 0;
+  *bell = false;
+  // Acquire: pairs with the consumer's release of its head; it is done with those bytes.
+  const uint64_t head = ctl_->head.load(std::memory_order_acquire);
+  uint64_t tail = ctl_->tail.load(std::memory_order_relaxed);
+  const uint64_t used = tail - head;
+  if (used > kRingBytes) return Status::kCorrupt;
+  size_t room = kRingBytes - static_cast<size_t>(used);
+  for (int i = 0; i < cnt && room > 0; ++i) {
+    const auto* src = static_cast<const unsigned char*>(iov[i].iov_base);
+    size_t len = std::min(iov[i].iov_len, room);
+    room -= len;
+    *written += len;
+    while (len > 0) {
+      const size_t off = static_cast<size_t>(tail & (kRingBytes - 1));
+      const size_t c = std::min(len, kRingBytes - off);
+      std::memcpy(data_ + off, src, c);
+      src += c;
+      len -= c;
+      tail += c;
+    }
+  }
+  if (*written == 0) return Status::kOk;
+  // Release: the bytes are written before the consumer can see the tail that covers them.
+  ctl_->tail.store(tail, std::memory_order_release);
+  // Orders the tail store before the flag load (Dekker, with arm_consumer()).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  *bell = ctl_->consumer_asleep.load(std::memory_order_relaxed) != 0 &&
+          ctl_->consumer_asleep.exchange(0, std::memory_order_relaxed) != 0;
+  return Status::kOk;
+}
+
+bool Ring::arm_producer() {
+  ctl_->producer_blocked.store(1, std::memory_order_relaxed);
+  // Orders the flag store before the head load (Dekker, with consume()).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const uint64_t head = ctl_->head.load(std::memory_order_acquire);
+  const uint64_t tail = ctl_->tail.load(std::memory_order_relaxed);
+  if (tail - head < kRingBytes) {
+    ctl_->producer_blocked.store(0, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+bool Ring::arm_consumer() {
+  ctl_->consumer_asleep.store(1, std::memory_order_relaxed);
+  // Orders the flag store before the tail load (Dekker, with write()).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return ctl_->tail.load(std::memory_order_acquire) != ctl_->head.load(std::memory_order_relaxed);
+}
+
+bool Ring::readable() const {
+  return ctl_->tail.load(std::memory_order_relaxed) != ctl_->head.load(std::memory_order_relaxed);
+}
+
+bool Ring::writable() const {
+  return ctl_->tail.load(std::memory_order_relaxed) - ctl_->head.load(std::memory_order_relaxed) <
+         kRingBytes;
+}
+
+// --- Segment
+
+Segment::Segment(Segment&& o) noexcept
+    : base_(std::exchange(o.base_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
+      id_(o.id_),
+      nonce_(o.nonce_),
+      named_(std::exchange(o.named_, false)) {}
+
+Segment& Segment::operator=(Segment&& o) noexcept {
+  if (this != &o) {
+    reset();
+    base_ = std::exchange(o.base_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    id_ = o.id_;
+    nonce_ = o.nonce_;
+    named_ = std::exchange(o.named_, false);
+  }
+  return *this;
+}
+
+Segment::~Segment() {
+  reset();
+}
+
+void Segment::reset() {
+  unlink();
+  if (base_ != nullptr) munmap(base_, size_);
+  base_ = nullptr;
+  size_ = 0;
+}
+
+std::string Segment::name_of(uint64_t id) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "/fabq-%u-%u", static_cast<unsigned>(id >> 32),
+                static_cast<unsigned>(id & 0xffffffffu));
+  return buf;
+}
+
+void Segment::unlink() {
+  if (!named_) return;
+  named_ = false;
+  shm_unlink(name_of(id_).c_str());
+}
+
+Segment Segment::create() {
+  Segment s;
+  uint64_t nonce = 0;
+  while (nonce == 0) {
+    if (getrandom(&nonce, sizeof(nonce), 0) != static_cast<ssize_t>(sizeof(nonce))) return s;
+  }
+  const uint64_t id = (static_cast<uint64_t>(static_cast<uint32_t>(getpid())) << 32) |
+                      g_next_id.fetch_add(1, std::memory_order_relaxed);
+  const std::string name = name_of(id);
+  core::UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd.valid()) return s;
+  s.id_ = id;
+  s.named_ = true;  // from here on, a failure unlinks it
+  if (ftruncate(fd.get(), static_cast<off_t>(kSegmentBytes)) != 0) return s;
+  void* base = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (base == MAP_FAILED) return s;
+  // A fresh shm object is zero-filled: both rings start empty with no flag set.
+  auto* h = static_cast<SegmentHeader*>(base);
+  h->magic = kSegmentMagic;
+  h->nonce = nonce;
+  h->ring_bytes = kRingBytes;
+  s.base_ = base;
+  s.size_ = kSegmentBytes;
+  s.nonce_ = nonce;
+  return s;
+}
+
+Segment Segment::open(uint64_t id, uint64_t nonce) {
+  Segment s;
+  if (nonce == 0) return s;
+  const std::string name = name_of(id);
+  core::UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
+  if (!fd.valid()) return s;
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0 || st.st_uid != geteuid() ||
+      static_cast<size_t>(st.st_size) != kSegmentBytes) {
+    return s;
+  }
+  void* base = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (base == MAP_FAILED) return s;
+  const auto* h = static_cast<const SegmentHeader*>(base);
+  if (h->magic != kSegmentMagic || h->nonce != nonce || h->ring_bytes != kRingBytes) {
+    munmap(base, kSegmentBytes);
+    return s;
+  }
+  // Mapped and proven to be the offer's: the name is no longer needed by anybody.
+  shm_unlink(name.c_str());
+  s.base_ = base;
+  s.size_ = kSegmentBytes;
+  s.id_ = id;
+  s.nonce_ = nonce;
+  return s;
+}
+
+Ring Segment::tx(bool connecting) const {
+  const int i = connecting ? 0 : 1;
+  return Ring(control(base_, i), data(base_, i));
+}
+
+Ring Segment::rx(bool connecting) const {
+  const int i = connecting ? 1 : 0;
+  return Ring(control(base_, i), data(base_, i));
+}
+
+}  // namespace fabq::xport::shm

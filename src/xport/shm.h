@@ -1,0 +1,142 @@
+// fabq transport: the shared-memory data path of a connection whose two ends are on one host.
+//
+// Two fabq endpoints on the same host still connect over TCP: the connection protocol, the
+// close and the peer's death are the socket's. The connecting side also offers a segment of
+// shared memory (kConnReq with wire::kShmOffer naming it); if the accepting side can map it
+// and finds the nonce the offer carried, it says so (kConnAccept with wire::kShmAccept), and
+// from the handshake's last frame on each side writes its frames into a ring of the segment
+// instead of the socket. The bytes and frames are exactly those of the TCP stream: only the
+// medium changes. What the socket still carries after that is doorbells (single bytes that
+// mean "look at the rings"), the end of the connection and its errors.
+//
+//   Segment   one connection's mapping: a header, then two rings, one per direction. RAII.
+//   Ring      a single-producer single-consumer byte ring inside a segment, with the two
+//             flags that tell when a doorbell is owed.
+//
+// A doorbell is owed only to a side that may sleep: a consumer about to sleep sets
+// `consumer_asleep` and looks at the ring again; a producer that found the ring full sets
+// `producer_blocked` and looks again. Whoever then moves the index the other side waits on
+// exchanges the flag back to 0 and, if it was set, rings. Each side stores its flag, then a
+// sequentially consistent fence, then loads the other's index (and the other side: index,
+// fence, flag), so at least one of them sees the other: no wake-up is lost (Dekker).
+//
+// The peer is not trusted: it may write anything into the segment at any time. Indices are
+// checked on every load (a tail more than a ring ahead of the head, or a head past the tail,
+// is Status::kCorrupt and the connection fails with EP_REQ_ERR), and frame bytes are copied
+// out by the framer before they are decoded. The segment is created 0600 by the connecting
+// side; the accepting side maps it only if its owner is the same user, and both unlink its
+// name as soon as they can (the accepting side right after mapping it).
+//
+// Thread safety: a Segment and its Rings belong to one connection and are used under its lock,
+// except the lock-free checks (readable(), writable(), arm_consumer()) that the progress engine
+// makes while it holds the engine lock, which keeps the connection (and so the mapping) alive.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace fabq::xport::shm {
+
+// Bytes of each ring; a power of two.
+inline constexpr size_t kRingBytes = 256 * 1024;
+
+enum class Status : uint8_t {
+  kOk,
+  kCorrupt,  // the peer wrote indices no producer or consumer could have
+};
+
+// The shared control block of one ring. Producer and consumer fields are on separate cache
+// lines. Lives in the segment: never constructed or copied by either side.
+struct RingControl {
+  alignas(64) std::atomic<uint64_t> tail;              // bytes ever written; the producer's
+  alignas(64) std::atomic<uint64_t> head;              // bytes ever consumed; the consumer's
+  alignas(64) std::atomic<uint32_t> consumer_asleep;   // set by the consumer, cleared by a bell
+  alignas(64) std::atomic<uint32_t> producer_blocked;  // set by the producer, cleared by a bell
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "rings are shared between processes");
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "rings are shared between processes");
+
+// One direction of a segment, as one side sees it. The producer calls write() and
+// arm_producer(); the consumer calls peek(), consume() and arm_consumer(). Both may call
+// readable() and writable().
+class Ring {
+ public:
+  Ring() = default;
+  Ring(RingControl* ctl, unsigned char* data) : ctl_(ctl), data_(data) {}
+  bool valid() const { return ctl_ != nullptr; }
+
+  // Consumer. Bytes ready to read, and a pointer to the first `*contiguous` of them (the rest
+  // start at the ring's beginning). kCorrupt if the peer's tail is impossible.
+  // Acquire: the bytes the producer wrote before publishing its tail are visible.
+  [[nodiscard]] Status peek(const unsigned char** p, size_t* contiguous, size_t* avail) const;
+  // Consumer: frees the first n bytes (n <= what peek() reported). Release: the producer may
+  // reuse them only after this side is done reading them. Returns true if the producer had
+  // said it is blocked: the caller owes it a doorbell.
+  [[nodiscard]] bool consume(size_t n);
+  // Producer: copies as much of iov[0..cnt) as fits; returns the bytes written (0 when full).
+  // Release on the tail, then the fence, then the consumer's flag: *bell tells whether the
+  // consumer asked for a doorbell (the flag is cleared). kCorrupt if the peer's head is
+  // impossible.
+  [[nodiscard]] Status write(const iovec* iov, int cnt, size_t* written, bool* bell);
+  // Producer found the ring full: announces it, then looks again. True if there is room now
+  // (write again instead of waiting).
+  bool arm_producer();
+  // Consumer is about to sleep: announces it, then looks again. True if there are bytes now
+  // (do not sleep). A bogus tail also counts as bytes: reading it fails the connection.
+  bool arm_consumer();
+
+  // Lock-free hints for the progress engine (relaxed loads; a stale answer only delays work
+  // to the next round, and a sleeper is covered by arm_*()).
+  bool readable() const;
+  bool writable() const;
+
+ private:
+  RingControl* ctl_ = nullptr;
+  unsigned char* data_ = nullptr;
+};
+
+// A mapped segment. Move-only; unmaps (and, if this side still holds the name, unlinks it)
+// when destroyed.
+class Segment {
+ public:
+  Segment() = default;
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+  Segment(Segment&& o) noexcept;
+  Segment& operator=(Segment&& o) noexcept;
+  ~Segment();
+
+  // The connecting side: a fresh segment with a new name and a random nonce. An invalid
+  // Segment if it cannot be made (no /dev/shm, out of memory): the connection then stays on
+  // TCP.
+  static Segment create();
+  // The accepting side: maps the segment the offer names and checks its size, owner and
+  // nonce, then unlinks the name. An invalid Segment if any of that fails.
+  static Segment open(uint64_t id, uint64_t nonce);
+
+  bool valid() const { return base_ != nullptr; }
+  uint64_t id() const { return id_; }
+  uint64_t nonce() const { return nonce_; }
+  // Removes the name (both sides call it once the handshake is over); the mapping stays.
+  void unlink();
+  // The ring this side writes into / reads from. `connecting` says which side this is.
+  Ring tx(bool connecting) const;
+  Ring rx(bool connecting) const;
+
+ private:
+  void reset();
+  static std::string name_of(uint64_t id);
+
+  void* base_ = nullptr;
+  size_t size_ = 0;
+  uint64_t id_ = 0;
+  uint64_t nonce_ = 0;
+  bool named_ = false;  // this side still has to unlink the name
+};
+
+}  // namespace fabq::xport::shm
