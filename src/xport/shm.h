@@ -13,6 +13,18 @@
 //   Ring      a single-producer single-consumer byte ring inside a segment, with the two
 //             flags that tell when a doorbell is owed.
 //
+// Layout of a segment (4096 + 2 * kRingBytes bytes, little-endian like the wire):
+//
+//   offset        what
+//        0        magic 0x3167657371626166 ("fabqseg1"), nonce, ring bytes (u64 each)
+//       64        RingControl of ring 0 (the connecting side's frames): tail at +0, head at
+//                 +64, consumer_asleep at +128, producer_blocked at +192
+//      320        RingControl of ring 1 (the accepting side's frames)
+//     4096        ring 0's bytes, then ring 1's
+//
+// Its name is /fabq-<pid>-<n> (the creator's pid, a counter), which the offer carries as
+// id = pid << 32 | n.
+//
 // A doorbell is owed only to a side that may sleep: a consumer about to sleep sets
 // `consumer_asleep` and looks at the ring again; a producer that found the ring full sets
 // `producer_blocked` and looks again. Whoever then moves the index the other side waits on
@@ -58,6 +70,7 @@ struct RingControl {
   alignas(64) std::atomic<uint32_t> consumer_asleep;   // set by the consumer, cleared by a bell
   alignas(64) std::atomic<uint32_t> producer_blocked;  // set by the producer, cleared by a bell
 };
+static_assert(sizeof(RingControl) == 256, "the layout above");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "rings are shared between processes");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "rings are shared between processes");
 

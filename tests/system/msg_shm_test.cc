@@ -1,0 +1,263 @@
+// Same-host connections through shared memory (fi_fabq(7) SHARED MEMORY): the connecting side
+// offers a segment in its kConnReq, the accepting side takes it in its kConnAccept, and from
+// the end of the handshake on the frames of each direction travel in a ring of the segment,
+// the socket carrying only doorbells and the end of the connection.
+//
+// Here the connecting side is a raw peer (raw_peer.h) that makes its segment with fabq's own
+// library (src/xport/shm.h) and never writes a message to the socket: a message fabq receives
+// came through the ring. Where a test corrupts the segment it maps it itself, from the layout
+// shm.h documents. The rest checks what two fabq processes leave behind.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+
+#include <array>
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "fabq/fi_fabq.h"
+#include "msg_fixture.h"
+#include "raw_peer.h"
+#include "xport/shm.h"
+
+namespace fabq::systest {
+namespace {
+
+namespace shm = fabq::xport::shm;
+
+std::string frame(Op op, const std::string& payload, uint32_t seq = 1) {
+  return encode(Header{.op = op, .length = static_cast<uint32_t>(payload.size()), .seq = seq}) +
+         payload;
+}
+
+bool ring_write(shm::Ring& ring, const std::string& bytes) {
+  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
+  size_t written = 0;
+  bool bell = false;
+  return ring.write(&iov, 1, &written, &bell) == shm::Status::kOk && written == bytes.size();
+}
+
+// Reads n bytes from the ring within the timeout.
+bool ring_read(shm::Ring& ring, size_t n, std::string* out, int timeout_ms = kTimeoutMs) {
+  const auto t0 = Clock::now();
+  while (out->size() < n) {
+    const unsigned char* p = nullptr;
+    size_t contiguous = 0, avail = 0;
+    if (ring.peek(&p, &contiguous, &avail) != shm::Status::kOk) return false;
+    const size_t take = std::min(contiguous, n - out->size());
+    out->append(reinterpret_cast<const char*>(p), take);
+    (void)ring.consume(take);
+    if (take == 0) {
+      if (ms_since(t0) > timeout_ms) return false;
+      usleep(100);
+    }
+  }
+  return true;
+}
+
+std::vector<std::string> segment_names_of(pid_t pid) {
+  std::vector<std::string> out;
+  const std::string prefix = "fabq-" + std::to_string(pid) + "-";
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) {
+      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.push_back(e->d_name);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+// The accepting side: fabq's passive endpoint accepts the raw peer and posts one receive.
+struct Accepted {
+  Side s;
+  std::array<char, 64> buf{};
+  fi_context2 ctx;
+};
+
+void accept_raw(Accepted& a, Peer& raw, const std::string& want_data) {
+  const uint16_t port = a.s.listen();
+  ASSERT_NE(port, 0);
+  ASSERT_TRUE(raw.link().put_u64(port));
+  std::string data;
+  fi_info* info = a.s.wait_connreq(&data);
+  ASSERT_NE(info, nullptr);
+  EXPECT_EQ(data, want_data);
+  ASSERT_TRUE(a.s.open_endpoint(info));
+  ASSERT_EQ(a.s.recv(a.buf.data(), a.buf.size(), &a.ctx), 0);
+  ASSERT_TRUE(a.s.accept());
+}
+
+TEST(MsgShm, AnOfferedSegmentIsTakenAndMessagesTravelThroughItsRingsBothWays) {
+  SKIP_UNLESS_FABQ();
+  Peer raw([](Link& link) {
+    uint64_t port = 0;
+    RawConnection conn;
+    if (!link.get_u64(&port) || !conn.connect_to(static_cast<uint16_t>(port))) return;
+    shm::Segment seg = shm::Segment::create();
+    ASSERT_TRUE(seg.valid());
+    const RawConnection::ShmOffer offer{seg.id(), seg.nonce()};
+    uint32_t flags = 0;
+    if (!conn.handshake("shm?", &offer, &flags)) return;
+    ASSERT_NE(flags & kShmAccept, 0u) << "fabq declined a segment of its own host";
+    shm::Ring tx = seg.tx(/*connecting=*/true);
+    shm::Ring rx = seg.rx(/*connecting=*/true);
+    // Only into the ring; the doorbell wakes a sleeping progress thread, if any.
+    ASSERT_TRUE(ring_write(tx, frame(kMsg, "hello")));
+    ASSERT_TRUE(conn.doorbell());
+    std::string reply;
+    ASSERT_TRUE(ring_read(rx, kHeaderSize + 7, &reply)) << "no reply in the ring";
+    const auto* h = reinterpret_cast<const unsigned char*>(reply.data());
+    EXPECT_EQ(get_le(h, 2), kMagic);
+    EXPECT_EQ(h[3], kMsg);
+    EXPECT_EQ(get_le(h + 8, 4), 7u);
+    EXPECT_EQ(reply.substr(kHeaderSize), "welcome");
+    link.signal('d');
+  });
+  Accepted a;
+  accept_raw(a, raw, "shm?");
+  const Completion r = a.s.next_rx();
+  ASSERT_EQ(r.rc, 1) << cq_str(r);
+  EXPECT_EQ(std::string(a.buf.data(), r.entry.len), "hello");
+  const std::string welcome = "welcome";
+  fi_context2 sctx;
+  ASSERT_EQ(a.s.send(welcome.data(), welcome.size(), &sctx), 0);
+  EXPECT_EQ(a.s.next_tx().rc, 1);
+  ASSERT_TRUE(a.s.await(raw.link(), 'd'));
+  EXPECT_EQ(raw.join(&a.s), 0);
+}
+
+TEST(MsgShm, AnOfferWithTheWrongNonceIsDeclinedAndTheConnectionStaysOnTheSocket) {
+  SKIP_UNLESS_FABQ();
+  Peer raw([](Link& link) {
+    uint64_t port = 0;
+    RawConnection conn;
+    if (!link.get_u64(&port) || !conn.connect_to(static_cast<uint16_t>(port))) return;
+    shm::Segment seg = shm::Segment::create();
+    ASSERT_TRUE(seg.valid());
+    const RawConnection::ShmOffer offer{seg.id(), seg.nonce() + 1};
+    uint32_t flags = ~0u;
+    if (!conn.handshake("nonce", &offer, &flags)) return;
+    EXPECT_EQ(flags & kShmAccept, 0u) << "fabq took a segment whose nonce was not the offer's";
+    ASSERT_TRUE(conn.send_all(frame(kMsg, "hello")));
+    link.signal('d');
+    link.wait('x');
+  });
+  Accepted a;
+  accept_raw(a, raw, "nonce");
+  const Completion r = a.s.next_rx();
+  ASSERT_EQ(r.rc, 1) << cq_str(r);
+  EXPECT_EQ(std::string(a.buf.data(), r.entry.len), "hello");
+  ASSERT_TRUE(a.s.await(raw.link(), 'd'));
+  raw.link().signal('x');
+  EXPECT_EQ(raw.join(&a.s), 0);
+}
+
+// The peer is not trusted with the indices of the rings it shares.
+struct Corruption {
+  const char* name;
+  int ring;        // 0: the raw peer's frames (fabq reads), 1: fabq's frames (fabq writes)
+  size_t offset;   // within the ring's control block: 0 tail, 64 head
+  uint64_t value;  // stored there
+};
+void PrintTo(const Corruption& c, std::ostream* os) {
+  *os << c.name;
+}
+
+class CorruptedRing : public ::testing::TestWithParam<Corruption> {};
+
+TEST_P(CorruptedRing, FailsOnlyThatConnectionWithReqErr) {
+  SKIP_UNLESS_FABQ();
+  const Corruption c = GetParam();
+  Peer raw([&c](Link& link) {
+    uint64_t port = 0;
+    RawConnection conn;
+    if (!link.get_u64(&port) || !conn.connect_to(static_cast<uint16_t>(port))) return;
+    shm::Segment seg = shm::Segment::create();
+    ASSERT_TRUE(seg.valid());
+    // A second view of the segment, mapped while its name still exists.
+    const std::string name = "/dev/shm/fabq-" + std::to_string(seg.id() >> 32) + "-" +
+                             std::to_string(seg.id() & 0xffffffffu);
+    const int fd = open(name.c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << name;
+    const size_t size = 4096 + 2 * shm::kRingBytes;
+    void* view = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    ASSERT_NE(view, MAP_FAILED);
+    const RawConnection::ShmOffer offer{seg.id(), seg.nonce()};
+    uint32_t flags = 0;
+    if (!conn.handshake("bad!", &offer, &flags)) return;
+    ASSERT_NE(flags & kShmAccept, 0u);
+    if (!link.wait('g')) return;
+    auto* field = reinterpret_cast<std::atomic<uint64_t>*>(static_cast<unsigned char*>(view) + 64 +
+                                                           256 * c.ring + c.offset);
+    field->store(c.value, std::memory_order_release);
+    ASSERT_TRUE(conn.doorbell());
+    link.signal('c');
+    EXPECT_TRUE(conn.closed_by_peer()) << "fabq kept a connection whose ring was corrupted";
+    munmap(view, size);
+    link.signal('x');
+  });
+  Accepted a;
+  accept_raw(a, raw, "bad!");
+  fid_ep* const bad = a.s.ep();
+  raw.link().signal('g');
+  ASSERT_TRUE(a.s.await(raw.link(), 'c'));
+  if (c.ring == 1) {
+    // fabq finds out when it writes.
+    fi_context2 sctx;
+    ASSERT_EQ(a.s.send("x", 1, &sctx), 0);
+  }
+  uint32_t event = 0;
+  CmEvent ev;
+  CmError err;
+  ASSERT_EQ(a.s.read_event(&event, &ev, kTimeoutMs, &err), -FI_EAVAIL) << "event " << event;
+  EXPECT_EQ(err.entry.fid, &bad->fid);
+  EXPECT_EQ(err.entry.err, FI_EREMOTEIO);
+  EXPECT_EQ(err.entry.prov_errno, static_cast<int>(FI_FABQ_EVENT_EP_REQ_ERR));
+  const Completion rc = a.s.next_rx();
+  ASSERT_EQ(rc.rc, -FI_EAVAIL) << cq_str(rc);
+  EXPECT_EQ(rc.err.err, FI_EIO);
+  ASSERT_TRUE(a.s.await(raw.link(), 'x'));
+  EXPECT_EQ(raw.join(&a.s), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    MsgShm, CorruptedRing,
+    ::testing::Values(Corruption{"TailMoreThanARingAheadOfTheHead", 0, 0, 2 * shm::kRingBytes + 1},
+                      Corruption{"TailBehindTheHead", 0, 0, ~uint64_t{0}},
+                      Corruption{"HeadPastTheTailOfFabqsRing", 1, 64, 12345}),
+    [](const ::testing::TestParamInfo<Corruption>& p) { return std::string(p.param.name); });
+
+// Two fabq processes: the segment's name is gone once they are connected (the accepting side
+// unlinks it as soon as it maps it), so nothing is left in /dev/shm, whoever dies later.
+TEST(MsgShm, ConnectedFabqProcessesLeaveNoSegmentNameBehind) {
+  Peer client([](Link& link) {
+    Side c;
+    if (!c.dial(link)) return;
+    std::array<char, 16> buf{};
+    fi_context2 ctx;
+    ASSERT_EQ(c.recv(buf.data(), buf.size(), &ctx), 0);
+    link.signal('r');
+    const Completion r = c.next_rx();
+    ASSERT_EQ(r.rc, 1) << cq_str(r);
+    EXPECT_EQ(std::string(buf.data(), r.entry.len), "ping");
+    EXPECT_TRUE(segment_names_of(getpid()).empty());
+    link.signal('d');
+    c.await(link, 'x');
+  });
+  Side s;
+  ASSERT_TRUE(s.serve(client.link()));
+  ASSERT_TRUE(s.await(client.link(), 'r'));
+  fi_context2 sctx;
+  ASSERT_EQ(s.send("ping", 4, &sctx), 0);
+  EXPECT_EQ(s.next_tx().rc, 1);
+  ASSERT_TRUE(s.await(client.link(), 'd'));
+  EXPECT_TRUE(segment_names_of(getpid()).empty());
+  EXPECT_TRUE(segment_names_of(client.pid()).empty());
+  client.link().signal('x');
+  EXPECT_EQ(client.join(&s), 0);
+}
+
+}  // namespace
+}  // namespace fabq::systest
