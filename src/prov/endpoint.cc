@@ -814,12 +814,24 @@ void Endpoint::resume_if_stalled() {
   Listener* l = nullptr;
   {
     std::lock_guard lock(mu_);
-    conns.swap(stalled_);
-    if (!conns.empty()) borrowed_.fetch_add(1, std::memory_order_relaxed);
+    if (!stalled_.empty()) {
+      conns.swap(stalled_);
+      // The spare's capacity: the next stall allocates nothing.
+      stalled_.swap(spare_stalled_);
+      borrowed_.fetch_add(1, std::memory_order_relaxed);
+    }
     l = listener_.get();
   }
   for (Connection* c : conns) c->resume();
-  if (!conns.empty()) borrowed_.fetch_sub(1, std::memory_order_release);
+  if (!conns.empty()) {
+    conns.clear();
+    {
+      std::lock_guard lock(mu_);
+      if (spare_stalled_.capacity() == 0) spare_stalled_.swap(conns);
+    }
+    // Last: once no borrower is left, a closing endpoint may go.
+    borrowed_.fetch_sub(1, std::memory_order_release);
+  }
   if (l != nullptr) l->sweep();
 }
 

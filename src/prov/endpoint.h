@@ -159,8 +159,9 @@ class Endpoint final : public Object, public AsyncTarget {
   bool closing_ = false;  // the destructor runs: nothing more is placed
   bool tx_selective_ = false;
   bool rx_selective_ = false;
-  std::vector<Connection*> stalled_;  // those place() refused a message; guarded by mu_
-  bool retry_ = false;                // ... because the receive CQ was full; guarded by mu_
+  std::vector<Connection*> stalled_;        // those place() refused a message; guarded by mu_
+  std::vector<Connection*> spare_stalled_;  // empty, with capacity, for stalled_; guarded by mu_
+  bool retry_ = false;                      // ... because the receive CQ was full; guarded by mu_
   Eq* eq_ = nullptr;
   Cq* tx_cq_ = nullptr;
   std::atomic<Cq*> rx_cq_{nullptr};  // set once at bind (release), under mu_

@@ -46,12 +46,43 @@ bool RecvQueue::room_for(size_t len) const {
 }
 
 Unexpected* RecvQueue::add_unexpected(Endpoint* from, const Incoming& in) {
-  Unexpected& u = unexpected_.emplace_back();
+  // A node (and its buffer) that an earlier message left behind: a steady stream of small
+  // unexpected messages allocates nothing.
+  if (spare_.empty()) {
+    unexpected_.emplace_back();
+  } else {
+    unexpected_.splice(unexpected_.end(), spare_, spare_.begin());
+    spare_bytes_ -= unexpected_.back().capacity;
+  }
+  Unexpected& u = unexpected_.back();
   u.from = from;
   u.in = in;
-  if (in.len > 0) u.data.reset(new unsigned char[in.len]);
+  u.complete = false;
+  u.orphan = false;
+  u.claimed_by = nullptr;
+  u.taker.reset();
+  if (in.len > u.capacity) {
+    u.data.reset(new unsigned char[in.len]);
+    u.capacity = in.len;
+  }
   unexpected_bytes_ += in.len;
   return &u;
+}
+
+void RecvQueue::retire(std::list<Unexpected>::iterator it) {
+  unexpected_bytes_ -= it->in.len;
+  // As many nodes as the queue may hold at once, so that a burst as large as an earlier one
+  // allocates nothing; buffers only while small, and a quarter of the byte budget in all.
+  if (it->capacity > kSpareBuffer || spare_bytes_ + it->capacity > max_bytes_ / 4) {
+    it->data.reset();
+    it->capacity = 0;
+  }
+  if (spare_.size() < max_count_) {
+    spare_bytes_ += it->capacity;
+    spare_.splice(spare_.end(), unexpected_, it);
+  } else {
+    unexpected_.erase(it);
+  }
 }
 
 Unexpected* RecvQueue::find_unexpected(bool tagged, uint64_t tag, uint64_t ignore) {
@@ -74,8 +105,7 @@ Unexpected* RecvQueue::find_claimed(void* context) {
 void RecvQueue::remove(Unexpected* u) {
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
     if (&*it == u) {
-      unexpected_bytes_ -= it->in.len;
-      unexpected_.erase(it);
+      retire(it);
       return;
     }
   }
@@ -97,8 +127,7 @@ std::vector<PostedRecv> RecvQueue::drop_from(Endpoint* from) {
   for (auto it = unexpected_.begin(); it != unexpected_.end();) {
     if (it->from == from) {
       if (it->taker) takers.push_back(*it->taker);
-      unexpected_bytes_ -= it->in.len;
-      it = unexpected_.erase(it);
+      retire(it++);
     } else {
       ++it;
     }

@@ -32,6 +32,7 @@ struct Unexpected {
   Endpoint* from = nullptr;  // the endpoint it arrived on
   Incoming in;
   std::unique_ptr<unsigned char[]> data;
+  size_t capacity = 0;              // bytes data holds (kept from an earlier message of the node)
   bool complete = false;            // its whole payload has arrived
   bool orphan = false;              // its endpoint is closing: no receive may take it
   void* claimed_by = nullptr;       // FI_PEEK | FI_CLAIM: kept for the FI_CLAIM receive with it
@@ -74,11 +75,17 @@ class RecvQueue {
   std::vector<PostedRecv> drop_from(Endpoint* from);
 
  private:
+  // The largest buffer a retired node keeps for the next unexpected message.
+  static constexpr size_t kSpareBuffer = 4096;
+  void retire(std::list<Unexpected>::iterator it);
+
   const size_t capacity_;
   const size_t max_bytes_;
   const size_t max_count_;
   std::vector<PostedRecv> posted_;
   std::list<Unexpected> unexpected_;
+  std::list<Unexpected> spare_;  // retired nodes, reused by add_unexpected()
+  size_t spare_bytes_ = 0;       // buffer bytes the spare nodes keep
   size_t unexpected_bytes_ = 0;
 };
 
