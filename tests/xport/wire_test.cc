@@ -208,6 +208,8 @@ TEST(WireLayout, OpsAndFlagsHaveTheirDocumentedValues) {
   EXPECT_EQ(kRemoteData, 1u);
   EXPECT_EQ(kWantReceived, 2u);
   EXPECT_EQ(kWantDelivered, 4u);
+  EXPECT_EQ(kShmOffer, 8u);
+  EXPECT_EQ(kShmAccept, 16u);
 }
 
 // --- each validation rule ------------------------------------------------------------------
@@ -352,6 +354,120 @@ TEST(WireDecode, EveryViolationHasItsOwnDescription) {
     EXPECT_FALSE(s.empty());
     for (const std::string& other : seen) EXPECT_NE(s, other);
     seen.push_back(s);
+  }
+}
+
+// --- the shared-memory offer and its acceptance ---------------------------------------------
+
+// A kConnReq offering segment 0x0000123400000007 with a nonce.
+Header shm_offer() {
+  Header h = full_header(Op::kConnReq);
+  h.flags = kShmOffer;
+  h.tag = 0x0000123400000007ull;
+  h.data = 0xfedcba9876543210ull;
+  return h;
+}
+
+TEST(WireShm, ConnReqWithShmOfferCarriesTheSegmentIdInTagAndTheNonceInData) {
+  const Header h = shm_offer();
+  Header out;
+  ASSERT_EQ(decode_bytes(encoded(h), &out), Violation::kNone);
+  EXPECT_EQ(out.op, Op::kConnReq);
+  EXPECT_EQ(out.flags, uint32_t{kShmOffer});
+  EXPECT_EQ(out.tag, h.tag);
+  EXPECT_EQ(out.data, h.data);
+  EXPECT_EQ(out.length, kMaxCmData) << "the connect data still goes along";
+}
+
+TEST(WireShm, ConnReqWithoutShmOfferStillRefusesTagAndDataAsUnusedField) {
+  Header h = shm_offer();
+  h.flags = 0;
+  EXPECT_EQ(decode_bytes(encoded(h)), Violation::kUnusedField) << "tag and data";
+  h.data = 0;
+  EXPECT_EQ(decode_bytes(encoded(h)), Violation::kUnusedField) << "tag alone";
+  h = shm_offer();
+  h.flags = 0;
+  h.tag = 0;
+  EXPECT_EQ(decode_bytes(encoded(h)), Violation::kUnusedField) << "data alone";
+}
+
+TEST(WireShm, ShmOfferStillRefusesASequenceNumber) {
+  Header h = shm_offer();
+  h.seq = 1;
+  EXPECT_EQ(decode_bytes(encoded(h)), Violation::kUnusedField);
+}
+
+TEST(WireShm, ShmOfferOnAnyOpButConnReqIsBadFlags) {
+  for (const Op op : kAllOps) {
+    if (op == Op::kConnReq) continue;
+    Header h = full_header(op);
+    h.flags |= kShmOffer;
+    EXPECT_EQ(decode_bytes(encoded(h)), Violation::kBadFlags) << op_name(op);
+    // Even with the fields an offer fills: the flag is judged first.
+    h.tag = 1;
+    h.data = 1;
+    EXPECT_EQ(decode_bytes(encoded(h)), Violation::kBadFlags) << op_name(op) << " with tag, data";
+  }
+}
+
+TEST(WireShm, ShmAcceptOnAnyOpButConnAcceptIsBadFlags) {
+  for (const Op op : kAllOps) {
+    if (op == Op::kConnAccept) continue;
+    Header h = full_header(op);
+    h.flags |= kShmAccept;
+    EXPECT_EQ(decode_bytes(encoded(h)), Violation::kBadFlags) << op_name(op);
+  }
+  Header offer = shm_offer();
+  offer.flags |= kShmAccept;
+  EXPECT_EQ(decode_bytes(encoded(offer)), Violation::kBadFlags) << "an offer that accepts itself";
+}
+
+TEST(WireShm, ConnAcceptAcceptsShmAccept) {
+  Header h = full_header(Op::kConnAccept);
+  h.flags = kShmAccept;
+  Header out;
+  ASSERT_EQ(decode_bytes(encoded(h), &out), Violation::kNone);
+  EXPECT_EQ(out.op, Op::kConnAccept);
+  EXPECT_EQ(out.flags, uint32_t{kShmAccept});
+  EXPECT_EQ(out.length, kMaxCmData);
+}
+
+TEST(WireShm, ShmAcceptLetsNeitherTagNorDataThrough) {
+  Header h = full_header(Op::kConnAccept);
+  h.flags = kShmAccept;
+  h.tag = 1;
+  EXPECT_EQ(decode_bytes(encoded(h)), Violation::kUnusedField) << "tag";
+  h.tag = 0;
+  h.data = 1;
+  EXPECT_EQ(decode_bytes(encoded(h)), Violation::kUnusedField) << "data";
+}
+
+TEST(WireShm, ConnReqAndConnAcceptAllowNoFlagBesideTheirShmFlag) {
+  for (const uint32_t extra : {uint32_t{kRemoteData}, uint32_t{kWantReceived},
+                               uint32_t{kWantDelivered}, 1u << 5, 1u << 31}) {
+    Header req = shm_offer();
+    req.flags |= extra;
+    EXPECT_EQ(decode_bytes(encoded(req)), Violation::kBadFlags) << "ConnReq flag " << extra;
+    Header acc = full_header(Op::kConnAccept);
+    acc.flags = kShmAccept | extra;
+    EXPECT_EQ(decode_bytes(encoded(acc)), Violation::kBadFlags) << "ConnAccept flag " << extra;
+  }
+}
+
+TEST(WireShm, AHandshakeThatTakesTheOfferPassesTheFramer) {
+  Header accept = full_header(Op::kConnAccept);
+  accept.flags = kShmAccept;
+  const Header frames_in[] = {shm_offer(), accept, full_header(Op::kConnReady)};
+  Bytes stream;
+  for (const Header& h : frames_in) append_frame(&stream, h);
+  for (const size_t chunk : {stream.size(), size_t{1}, size_t{13}}) {
+    Framer f(kMaxPayload);
+    const std::vector<Frame> out = feed(f, stream, chunk);
+    EXPECT_FALSE(f.dead()) << violation_str(f.violation());
+    ASSERT_EQ(out.size(), std::size(frames_in)) << "chunk " << chunk;
+    for (size_t i = 0; i < out.size(); ++i) {
+      EXPECT_EQ(encoded(out[i].header), encoded(frames_in[i])) << "chunk " << chunk;
+    }
   }
 }
 

@@ -1,0 +1,856 @@
+// Shared-memory rings of same-host connections: a Segment's name, nonce and mapping as the two
+// sides see them; a Ring's bytes (round trips, the wrap-around, a full ring, iovecs), its two
+// doorbell flags, the checks of the indices a peer could corrupt; and two threads on the two
+// sides of one segment, each sleeping on a doorbell when it must: a producer and a consumer
+// moving 64 MiB, and a ping-pong of single bytes that provokes the flags' race.
+#include "xport/shm.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <mutex>
+#include <ostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/unique_fd.h"
+
+namespace fabq::xport::shm {
+
+// For readable failure messages (found by argument-dependent lookup).
+static void PrintTo(Status s, std::ostream* os) {
+  *os << (s == Status::kOk ? "kOk" : s == Status::kCorrupt ? "kCorrupt" : "Status(?)");
+}
+
+namespace {
+
+using Bytes = std::vector<unsigned char>;
+
+// n pseudo-random bytes: a byte lost, repeated or out of place shows.
+Bytes pattern(size_t n, unsigned seed = 1) {
+  std::mt19937 rng(seed);
+  Bytes b(n);
+  for (unsigned char& c : b) c = static_cast<unsigned char>(rng());
+  return b;
+}
+
+// --- names ----------------------------------------------------------------------------------
+
+// The file behind a segment's POSIX shm name "/fabq-<pid>-<n>" (shm.cc, name_of).
+std::string shm_path(uint64_t id) {
+  return "/dev/shm/fabq-" + std::to_string(id >> 32) + "-" + std::to_string(id & 0xffffffffu);
+}
+
+bool name_exists(uint64_t id) {
+  struct stat st {};
+  return ::stat(shm_path(id).c_str(), &st) == 0;
+}
+
+// An id of this process that Segment::create() will not hand out in a test (its counter starts
+// at 1 and a test makes a handful).
+uint64_t unused_id(uint32_t n = 0xfffffff0u) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(getpid())) << 32) | n;
+}
+
+// --- Ring helpers ---------------------------------------------------------------------------
+
+size_t write_bytes(Ring& r, const Bytes& b, bool* bell = nullptr) {
+  iovec iov{const_cast<unsigned char*>(b.data()), b.size()};
+  size_t written = 0;
+  bool rang = false;
+  EXPECT_EQ(r.write(&iov, 1, &written, &rang), Status::kOk);
+  if (bell != nullptr) *bell = rang;
+  return written;
+}
+
+// Takes everything the ring holds, in the two pieces of a wrap-around if there are two, and
+// returns it. *bell: whether a consume() said the producer was owed a doorbell.
+Bytes read_all(Ring& r, bool* bell = nullptr) {
+  Bytes out;
+  bool rang = false;
+  for (int piece = 0; piece < 2; ++piece) {
+    const unsigned char* p = nullptr;
+    size_t contiguous = 0;
+    size_t avail = 0;
+    EXPECT_EQ(r.peek(&p, &contiguous, &avail), Status::kOk);
+    if (avail == 0) break;
+    out.insert(out.end(), p, p + contiguous);
+    if (r.consume(contiguous)) rang = true;
+  }
+  if (bell != nullptr) *bell = rang;
+  return out;
+}
+
+// A ring over memory of the test's own, so that the test can also play a peer that writes
+// whatever it likes into the control block. Producer and consumer use the same Ring: it keeps
+// no state of its own but the two pointers.
+class ShmRing : public testing::Test {
+ protected:
+  void fill() {
+    const Bytes b(kRingBytes, 0x5a);
+    ASSERT_EQ(write_bytes(ring_, b), kRingBytes);
+    ASSERT_FALSE(ring_.writable());
+  }
+
+  RingControl ctl_{};
+  Bytes data_ = Bytes(kRingBytes);
+  Ring ring_{&ctl_, data_.data()};
+};
+
+// --- Segment --------------------------------------------------------------------------------
+
+TEST(ShmSegment, ADefaultSegmentIsInvalid) {
+  EXPECT_FALSE(Segment().valid());
+}
+
+TEST(ShmSegment, CreateGivesAValidSegmentWithANonzeroNonceAndAPrivateName) {
+  const Segment s = Segment::create();
+  ASSERT_TRUE(s.valid());
+  EXPECT_NE(s.nonce(), 0u);
+  EXPECT_EQ(s.id() >> 32, static_cast<uint32_t>(getpid())) << "the id names the creator";
+  struct stat st {};
+  ASSERT_EQ(::stat(shm_path(s.id()).c_str(), &st), 0) << shm_path(s.id());
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_uid, geteuid());
+  EXPECT_TRUE(s.tx(true).valid());
+  EXPECT_TRUE(s.rx(true).valid());
+}
+
+TEST(ShmSegment, TwoCreatedSegmentsHaveDifferentIdsAndNonces) {
+  const Segment a = Segment::create();
+  const Segment b = Segment::create();
+  ASSERT_TRUE(a.valid());
+  ASSERT_TRUE(b.valid());
+  EXPECT_NE(a.id(), b.id());
+  EXPECT_NE(a.nonce(), b.nonce());
+}
+
+TEST(ShmSegment, AFreshSegmentHasBothRingsEmptyAndWritable) {
+  const Segment s = Segment::create();
+  ASSERT_TRUE(s.valid());
+  for (const bool connecting : {true, false}) {
+    Ring rx = s.rx(connecting);
+    EXPECT_FALSE(rx.readable()) << "connecting " << connecting;
+    EXPECT_TRUE(rx.writable()) << "connecting " << connecting;
+    const unsigned char* p = nullptr;
+    size_t contiguous = 1;
+    size_t avail = 1;
+    EXPECT_EQ(rx.peek(&p, &contiguous, &avail), Status::kOk);
+    EXPECT_EQ(avail, 0u);
+    EXPECT_EQ(contiguous, 0u);
+  }
+}
+
+TEST(ShmSegment, OpenWithIdAndNonceMapsTheSameMemoryInBothDirections) {
+  const Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  const Segment acceptor = Segment::open(creator.id(), creator.nonce());
+  ASSERT_TRUE(acceptor.valid());
+  EXPECT_EQ(acceptor.id(), creator.id());
+  EXPECT_EQ(acceptor.nonce(), creator.nonce());
+
+  // Connecting side to accepting side.
+  Ring c_tx = creator.tx(true);
+  Ring a_rx = acceptor.rx(false);
+  const Bytes there = pattern(1000, 1);
+  ASSERT_EQ(write_bytes(c_tx, there), there.size());
+  EXPECT_TRUE(a_rx.readable());
+  EXPECT_FALSE(creator.rx(true).readable()) << "the other direction is another ring";
+  EXPECT_EQ(read_all(a_rx), there);
+
+  // Accepting side to connecting side.
+  Ring a_tx = acceptor.tx(false);
+  Ring c_rx = creator.rx(true);
+  const Bytes back = pattern(777, 2);
+  ASSERT_EQ(write_bytes(a_tx, back), back.size());
+  EXPECT_TRUE(c_rx.readable());
+  EXPECT_FALSE(a_rx.readable());
+  EXPECT_EQ(read_all(c_rx), back);
+
+  // The control blocks are shared too: a consumer's request for a doorbell reaches the
+  // producer on the other side.
+  EXPECT_FALSE(a_rx.arm_consumer());
+  bool bell = false;
+  ASSERT_EQ(write_bytes(c_tx, Bytes{1, 2, 3}, &bell), 3u);
+  EXPECT_TRUE(bell);
+}
+
+TEST(ShmSegment, OpenWithAWrongNonceIsInvalidAndLeavesTheNameForTheRightOne) {
+  const Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  EXPECT_FALSE(Segment::open(creator.id(), creator.nonce() ^ 1).valid());
+  EXPECT_FALSE(Segment::open(creator.id(), ~creator.nonce()).valid());
+  EXPECT_FALSE(Segment::open(creator.id(), 0).valid());
+  EXPECT_TRUE(name_exists(creator.id())) << "a failed open does not take the name away";
+  EXPECT_TRUE(Segment::open(creator.id(), creator.nonce()).valid());
+}
+
+TEST(ShmSegment, OpenOfAnIdNobodyCreatedIsInvalid) {
+  const uint64_t id = unused_id();
+  ASSERT_FALSE(name_exists(id));
+  EXPECT_FALSE(Segment::open(id, 12345).valid());
+  const Segment s = Segment::create();
+  ASSERT_TRUE(s.valid());
+  EXPECT_FALSE(Segment::open(s.id() + 1, s.nonce()).valid()) << "the next id is nobody's yet";
+}
+
+// A shm object of the segment's name pattern made by hand: the accepting side must not map
+// whatever happens to carry the name.
+class HandMadeObject {
+ public:
+  HandMadeObject(uint64_t id, off_t size)
+      : name_("/fabq-" + std::to_string(id >> 32) + "-" + std::to_string(id & 0xffffffffu)) {
+    core::UniqueFd fd(shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    ok_ = fd.valid() && ftruncate(fd.get(), size) == 0;
+  }
+  ~HandMadeObject() { shm_unlink(name_.c_str()); }
+  bool ok() const { return ok_; }
+
+ private:
+  std::string name_;
+  bool ok_ = false;
+};
+
+TEST(ShmSegment, OpenRefusesAnObjectOfTheWrongSize) {
+  const uint64_t id = unused_id(0xfffffff1u);
+  const HandMadeObject obj(id, 4096);
+  ASSERT_TRUE(obj.ok());
+  EXPECT_FALSE(Segment::open(id, 1).valid());
+}
+
+TEST(ShmSegment, OpenRefusesAnObjectOfTheRightSizeWithoutTheSegmentHeader) {
+  off_t size = 0;
+  {
+    const Segment real = Segment::create();
+    ASSERT_TRUE(real.valid());
+    struct stat st {};
+    ASSERT_EQ(::stat(shm_path(real.id()).c_str(), &st), 0);
+    size = st.st_size;
+  }
+  const uint64_t id = unused_id(0xfffffff2u);
+  const HandMadeObject obj(id, size);  // all zeros: no magic, nonce 0
+  ASSERT_TRUE(obj.ok());
+  EXPECT_FALSE(Segment::open(id, 1).valid());
+  EXPECT_TRUE(name_exists(id));
+}
+
+TEST(ShmSegment, OpenRemovesTheNameSoASecondOpenFails) {
+  const Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  ASSERT_TRUE(name_exists(creator.id()));
+  const Segment first = Segment::open(creator.id(), creator.nonce());
+  ASSERT_TRUE(first.valid());
+  EXPECT_FALSE(name_exists(creator.id())) << shm_path(creator.id());
+  EXPECT_FALSE(Segment::open(creator.id(), creator.nonce()).valid());
+}
+
+TEST(ShmSegment, UnlinkOnTheCreatorRemovesTheNameAndKeepsTheMapping) {
+  Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  creator.unlink();
+  EXPECT_FALSE(name_exists(creator.id())) << shm_path(creator.id());
+  EXPECT_FALSE(Segment::open(creator.id(), creator.nonce()).valid());
+  EXPECT_TRUE(creator.valid());
+  Ring tx = creator.tx(true);
+  ASSERT_EQ(write_bytes(tx, Bytes{7, 8, 9}), 3u);
+  EXPECT_TRUE(tx.readable());
+  creator.unlink();  // a second time does nothing
+  EXPECT_TRUE(creator.valid());
+}
+
+TEST(ShmSegment, DestroyingACreatedButNeverOpenedSegmentRemovesItsName) {
+  uint64_t id = 0;
+  {
+    const Segment s = Segment::create();
+    ASSERT_TRUE(s.valid());
+    id = s.id();
+    ASSERT_TRUE(name_exists(id)) << shm_path(id);
+  }
+  EXPECT_FALSE(name_exists(id)) << shm_path(id);
+}
+
+TEST(ShmSegment, DestroyingTheAcceptingSideLeavesTheCreatorsMappingWhole) {
+  const Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  {
+    const Segment acceptor = Segment::open(creator.id(), creator.nonce());
+    ASSERT_TRUE(acceptor.valid());
+    Ring a_tx = acceptor.tx(false);
+    ASSERT_EQ(write_bytes(a_tx, Bytes{4, 5, 6}), 3u);
+  }
+  Ring c_rx = creator.rx(true);
+  EXPECT_EQ(read_all(c_rx), (Bytes{4, 5, 6}));
+}
+
+TEST(ShmSegment, AMovedSegmentTakesItsNameAlongAndTheSourceBecomesInvalid) {
+  Segment a = Segment::create();
+  ASSERT_TRUE(a.valid());
+  const uint64_t id = a.id();
+  const uint64_t nonce = a.nonce();
+  {
+    Segment b(std::move(a));
+    EXPECT_FALSE(a.valid());  // the moved-from state is what is checked
+    ASSERT_TRUE(b.valid());
+    EXPECT_EQ(b.id(), id);
+    EXPECT_EQ(b.nonce(), nonce);
+    a = Segment();  // destroying or replacing the moved-from segment leaves the name
+    EXPECT_TRUE(name_exists(id));
+  }
+  EXPECT_FALSE(name_exists(id)) << "the new owner unlinked it";
+}
+
+TEST(ShmSegment, MoveAssignmentOverACreatedSegmentRemovesTheOldName) {
+  Segment a = Segment::create();
+  Segment b = Segment::create();
+  ASSERT_TRUE(a.valid());
+  ASSERT_TRUE(b.valid());
+  const uint64_t old_id = a.id();
+  const uint64_t new_id = b.id();
+  a = std::move(b);
+  EXPECT_FALSE(name_exists(old_id));
+  EXPECT_TRUE(name_exists(new_id));
+  EXPECT_EQ(a.id(), new_id);
+  EXPECT_TRUE(a.valid());
+}
+
+// --- Ring: bytes ----------------------------------------------------------------------------
+
+TEST_F(ShmRing, AnEmptyRingIsWritableAndHasNothingToRead) {
+  EXPECT_FALSE(ring_.readable());
+  EXPECT_TRUE(ring_.writable());
+  EXPECT_EQ(read_all(ring_), Bytes{});
+}
+
+TEST_F(ShmRing, WriteThenPeekAndConsumeGivesTheBytesBack) {
+  const Bytes msg = pattern(1000);
+  bool bell = true;
+  ASSERT_EQ(write_bytes(ring_, msg, &bell), msg.size());
+  EXPECT_FALSE(bell);
+  EXPECT_TRUE(ring_.readable());
+
+  const unsigned char* p = nullptr;
+  size_t contiguous = 0;
+  size_t avail = 0;
+  ASSERT_EQ(ring_.peek(&p, &contiguous, &avail), Status::kOk);
+  EXPECT_EQ(avail, msg.size());
+  EXPECT_EQ(contiguous, msg.size());
+  ASSERT_EQ(p, data_.data());
+  EXPECT_EQ(Bytes(p, p + contiguous), msg);
+
+  // A partial consume leaves the rest where it was.
+  EXPECT_FALSE(ring_.consume(400));
+  ASSERT_EQ(ring_.peek(&p, &contiguous, &avail), Status::kOk);
+  EXPECT_EQ(avail, 600u);
+  EXPECT_EQ(contiguous, 600u);
+  EXPECT_EQ(Bytes(p, p + contiguous), Bytes(msg.begin() + 400, msg.end()));
+  EXPECT_FALSE(ring_.consume(600));
+  EXPECT_FALSE(ring_.readable());
+  EXPECT_EQ(ctl_.tail.load(), 1000u);
+  EXPECT_EQ(ctl_.head.load(), 1000u);
+}
+
+TEST_F(ShmRing, BytesWrittenAcrossTheEndComeOutIntactAndInOrder) {
+  // Both indices 100 bytes before the end of the ring.
+  ASSERT_EQ(write_bytes(ring_, Bytes(kRingBytes - 100, 0xee)), kRingBytes - 100);
+  ASSERT_EQ(read_all(ring_).size(), kRingBytes - 100);
+
+  const Bytes msg = pattern(300);
+  ASSERT_EQ(write_bytes(ring_, msg), msg.size());
+  const unsigned char* p = nullptr;
+  size_t contiguous = 0;
+  size_t avail = 0;
+  ASSERT_EQ(ring_.peek(&p, &contiguous, &avail), Status::kOk);
+  EXPECT_EQ(avail, 300u);
+  ASSERT_EQ(contiguous, 100u) << "only the bytes up to the end are contiguous";
+  EXPECT_EQ(p, data_.data() + kRingBytes - 100);
+  Bytes got(p, p + contiguous);
+  EXPECT_FALSE(ring_.consume(contiguous));
+
+  // The rest starts at the ring's beginning.
+  ASSERT_EQ(ring_.peek(&p, &contiguous, &avail), Status::kOk);
+  EXPECT_EQ(avail, 200u);
+  EXPECT_EQ(contiguous, 200u);
+  EXPECT_EQ(p, data_.data());
+  got.insert(got.end(), p, p + contiguous);
+  EXPECT_FALSE(ring_.consume(contiguous));
+  EXPECT_EQ(got, msg);
+  EXPECT_FALSE(ring_.readable());
+}
+
+TEST_F(ShmRing, ManyRoundsOfOddSizesWrapAroundManyTimesWithoutLosingAByte) {
+  // 7919 is prime: the wrap-around falls at every offset within a write.
+  const Bytes msg = pattern(7919);
+  for (int round = 0; round < 200; ++round) {
+    ASSERT_EQ(write_bytes(ring_, msg), msg.size()) << "round " << round;
+    ASSERT_EQ(read_all(ring_), msg) << "round " << round;
+  }
+  EXPECT_EQ(ctl_.tail.load(), 200u * msg.size());
+}
+
+TEST_F(ShmRing, IndicesThatPassTwoToTheSixtyFourKeepWorking) {
+  // Indices count bytes ever moved; let them wrap the uint64_t in the middle of a write.
+  ctl_.tail.store(UINT64_MAX - 10);
+  ctl_.head.store(UINT64_MAX - 10);
+  const Bytes msg = pattern(100);
+  ASSERT_EQ(write_bytes(ring_, msg), msg.size());
+  EXPECT_EQ(ctl_.tail.load(), 89u);
+  EXPECT_TRUE(ring_.writable());
+  EXPECT_EQ(read_all(ring_), msg);
+  EXPECT_EQ(ctl_.head.load(), 89u);
+}
+
+TEST_F(ShmRing, AFullRingAcceptsNothingAndAPartialWriteWritesExactlyTheRoomLeft) {
+  ASSERT_EQ(write_bytes(ring_, Bytes(kRingBytes - 10, 1)), kRingBytes - 10);
+  EXPECT_TRUE(ring_.writable());
+  const Bytes msg = pattern(100);
+  EXPECT_EQ(write_bytes(ring_, msg), 10u);
+  EXPECT_FALSE(ring_.writable());
+  EXPECT_EQ(ctl_.tail.load(), kRingBytes);
+  EXPECT_EQ(write_bytes(ring_, msg), 0u);
+  EXPECT_EQ(ctl_.tail.load(), kRingBytes) << "a write of nothing leaves the tail";
+
+  // The bytes in the ring are the first 10 of msg, not more, not later ones.
+  EXPECT_EQ(Bytes(data_.end() - 10, data_.end()), Bytes(msg.begin(), msg.begin() + 10));
+  const Bytes all = read_all(ring_);
+  ASSERT_EQ(all.size(), kRingBytes);
+  EXPECT_EQ(Bytes(all.end() - 10, all.end()), Bytes(msg.begin(), msg.begin() + 10));
+
+  // Room again: the next write starts right after them.
+  ASSERT_EQ(write_bytes(ring_, Bytes(msg.begin() + 10, msg.end())), 90u);
+  EXPECT_EQ(read_all(ring_), Bytes(msg.begin() + 10, msg.end()));
+}
+
+TEST_F(ShmRing, SeveralIovecEntriesAreWrittenInOrder) {
+  const std::string parts[] = {"abc", "", "defgh", "i", "jklmnop"};
+  iovec iov[std::size(parts)];
+  std::string all;
+  for (size_t i = 0; i < std::size(parts); ++i) {
+    iov[i] = {const_cast<char*>(parts[i].data()), parts[i].size()};
+    all += parts[i];
+  }
+  size_t written = 0;
+  bool bell = true;
+  ASSERT_EQ(ring_.write(iov, static_cast<int>(std::size(iov)), &written, &bell), Status::kOk);
+  EXPECT_EQ(written, all.size());
+  EXPECT_FALSE(bell);
+  const Bytes got = read_all(ring_);
+  EXPECT_EQ(std::string(got.begin(), got.end()), all);
+}
+
+TEST_F(ShmRing, IovecThatDoesNotFitIsCutInsideTheEntryWhereTheRoomEnds) {
+  ASSERT_EQ(write_bytes(ring_, Bytes(kRingBytes - 6, 0)), kRingBytes - 6);
+  ASSERT_EQ(read_all(ring_).size(), kRingBytes - 6);  // the indices are 6 before the end
+  ASSERT_EQ(write_bytes(ring_, Bytes(kRingBytes - 8, 0)), kRingBytes - 8);  // 8 bytes of room
+  std::string a = "0123", b = "456789", c = "xyz";
+  iovec iov[] = {{a.data(), a.size()}, {b.data(), b.size()}, {c.data(), c.size()}};
+  size_t written = 0;
+  bool bell = false;
+  ASSERT_EQ(ring_.write(iov, 3, &written, &bell), Status::kOk);
+  EXPECT_EQ(written, 8u);
+  const Bytes got = read_all(ring_);
+  ASSERT_EQ(got.size(), kRingBytes);
+  EXPECT_EQ(std::string(got.end() - 8, got.end()), "01234567");
+}
+
+// --- Ring: doorbells ------------------------------------------------------------------------
+
+TEST_F(ShmRing, WriteRingsNoBellForAConsumerThatNeverArmed) {
+  bool bell = true;
+  ASSERT_EQ(write_bytes(ring_, Bytes{1}, &bell), 1u);
+  EXPECT_FALSE(bell);
+}
+
+TEST_F(ShmRing, WriteRingsTheBellOnceForAConsumerThatArmedOnAnEmptyRing) {
+  EXPECT_FALSE(ring_.arm_consumer()) << "nothing to read: the consumer may sleep";
+  bool bell = false;
+  ASSERT_EQ(write_bytes(ring_, Bytes{1, 2}, &bell), 2u);
+  EXPECT_TRUE(bell);
+  ASSERT_EQ(write_bytes(ring_, Bytes{3}, &bell), 1u);
+  EXPECT_FALSE(bell) << "the first bell cleared the request";
+}
+
+TEST_F(ShmRing, WriteOfNothingRingsNoBellAndKeepsTheRequest) {
+  EXPECT_FALSE(ring_.arm_consumer());
+  bool bell = true;
+  ASSERT_EQ(write_bytes(ring_, Bytes{}, &bell), 0u);
+  EXPECT_FALSE(bell);
+  ASSERT_EQ(write_bytes(ring_, Bytes{1}, &bell), 1u);
+  EXPECT_TRUE(bell) << "the sleeping consumer still gets its bell";
+}
+
+TEST_F(ShmRing, AFullRingAcceptsNothingAndRingsNoBellEvenForAnArmedConsumer) {
+  ASSERT_NO_FATAL_FAILURE(fill());
+  ctl_.consumer_asleep.store(1);  // as if the consumer had armed before the ring filled
+  bool bell = true;
+  EXPECT_EQ(write_bytes(ring_, Bytes{1}, &bell), 0u);
+  EXPECT_FALSE(bell);
+  EXPECT_EQ(ctl_.consumer_asleep.load(), 1u);
+}
+
+TEST_F(ShmRing, ArmConsumerReturnsTrueWhenBytesAreAlreadyThere) {
+  ASSERT_EQ(write_bytes(ring_, Bytes{1}), 1u);
+  EXPECT_TRUE(ring_.arm_consumer());
+  EXPECT_EQ(read_all(ring_), Bytes{1});
+  EXPECT_FALSE(ring_.arm_consumer()) << "empty again";
+}
+
+TEST_F(ShmRing, ConsumeRingsNoBellForAProducerThatNeverArmed) {
+  ASSERT_NO_FATAL_FAILURE(fill());
+  bool bell = true;
+  EXPECT_EQ(read_all(ring_, &bell).size(), kRingBytes);
+  EXPECT_FALSE(bell);
+}
+
+TEST_F(ShmRing, ConsumeRingsTheBellOnceForAProducerThatArmedOnAFullRing) {
+  ASSERT_NO_FATAL_FAILURE(fill());
+  EXPECT_FALSE(ring_.arm_producer()) << "no room: the producer may sleep";
+  EXPECT_FALSE(ring_.consume(0)) << "freeing nothing is no reason to wake it";
+  EXPECT_TRUE(ring_.consume(1));
+  EXPECT_FALSE(ring_.consume(1)) << "the first bell cleared the request";
+  EXPECT_TRUE(ring_.writable());
+}
+
+TEST_F(ShmRing, ArmProducerReturnsTrueWhenThereIsRoomAndLeavesNoRequest) {
+  EXPECT_TRUE(ring_.arm_producer());
+  ASSERT_EQ(write_bytes(ring_, Bytes(kRingBytes - 1, 0)), kRingBytes - 1);
+  EXPECT_TRUE(ring_.arm_producer()) << "one byte of room is room";
+  ASSERT_EQ(write_bytes(ring_, Bytes{0}), 1u);
+  ASSERT_FALSE(ring_.writable());
+  // The producer never said it sleeps, so freeing room owes it nothing.
+  EXPECT_FALSE(ring_.consume(1));
+  EXPECT_EQ(ctl_.producer_blocked.load(), 0u);
+}
+
+TEST_F(ShmRing, ArmProducerThatFindsRoomAfterAConsumeNeedsNoBell) {
+  ASSERT_NO_FATAL_FAILURE(fill());
+  ASSERT_FALSE(ring_.arm_producer());
+  ASSERT_TRUE(ring_.consume(10));
+  EXPECT_TRUE(ring_.arm_producer());
+  EXPECT_EQ(write_bytes(ring_, Bytes(20, 0)), 10u);
+  EXPECT_FALSE(ring_.consume(10));
+}
+
+// --- Ring: indices a peer corrupted ---------------------------------------------------------
+
+TEST_F(ShmRing, TailMoreThanARingAheadOfTheHeadIsCorrupt) {
+  ctl_.head.store(1000);
+  ctl_.tail.store(1000 + kRingBytes + 1);
+  const unsigned char* p = nullptr;
+  size_t contiguous = 0;
+  size_t avail = 0;
+  EXPECT_EQ(ring_.peek(&p, &contiguous, &avail), Status::kCorrupt);
+  size_t written = 1;
+  bool bell = true;
+  const Bytes b{1};
+  iovec iov{const_cast<unsigned char*>(b.data()), b.size()};
+  EXPECT_EQ(ring_.write(&iov, 1, &written, &bell), Status::kCorrupt);
+  EXPECT_EQ(written, 0u);
+  EXPECT_FALSE(bell);
+  EXPECT_TRUE(ring_.arm_consumer()) << "a bogus tail counts as bytes: reading it fails";
+}
+
+TEST_F(ShmRing, TailExactlyARingAheadOfTheHeadIsAFullRingNotCorruption) {
+  ctl_.head.store(1000);
+  ctl_.tail.store(1000 + kRingBytes);
+  const unsigned char* p = nullptr;
+  size_t contiguous = 0;
+  size_t avail = 0;
+  ASSERT_EQ(ring_.peek(&p, &contiguous, &avail), Status::kOk);
+  EXPECT_EQ(avail, kRingBytes);
+  EXPECT_EQ(contiguous, kRingBytes - 1000);
+  EXPECT_EQ(write_bytes(ring_, Bytes{1}), 0u);
+}
+
+TEST_F(ShmRing, HeadPastTheTailIsCorruptAndTheWriteStoresNothing) {
+  ctl_.tail.store(4);
+  ctl_.head.store(5);
+  const Bytes b = pattern(16);
+  iovec iov{const_cast<unsigned char*>(b.data()), b.size()};
+  size_t written = 1;
+  bool bell = true;
+  EXPECT_EQ(ring_.write(&iov, 1, &written, &bell), Status::kCorrupt);
+  EXPECT_EQ(written, 0u);
+  EXPECT_FALSE(bell);
+  EXPECT_EQ(ctl_.tail.load(), 4u);
+  EXPECT_EQ(data_, Bytes(kRingBytes)) << "not a byte copied";
+  const unsigned char* p = nullptr;
+  size_t contiguous = 0;
+  size_t avail = 0;
+  EXPECT_EQ(ring_.peek(&p, &contiguous, &avail), Status::kCorrupt);
+}
+
+TEST(ShmSegment, IndicesAPeerCorruptedInALiveSegmentAreCaught) {
+  // The same checks through a real mapping: the peer's writes come through the shared
+  // control block. Here the test plays the peer by giving the consumer more than a ring.
+  const Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  const Segment acceptor = Segment::open(creator.id(), creator.nonce());
+  ASSERT_TRUE(acceptor.valid());
+  Ring tx = creator.tx(true);
+  Ring rx = acceptor.rx(false);
+  ASSERT_EQ(write_bytes(tx, Bytes(kRingBytes, 0)), kRingBytes);
+  ASSERT_EQ(read_all(rx).size(), kRingBytes);
+  // The consumer gives back more than it was given: its head passes the tail.
+  EXPECT_FALSE(rx.consume(1));
+  size_t written = 1;
+  bool bell = true;
+  const Bytes b{1};
+  iovec iov{const_cast<unsigned char*>(b.data()), b.size()};
+  EXPECT_EQ(tx.write(&iov, 1, &written, &bell), Status::kCorrupt);
+  EXPECT_EQ(written, 0u);
+}
+
+// --- two threads ----------------------------------------------------------------------------
+
+// One direction of a connection, the way tcp.cc drives it: the producer writes chunks of
+// random size and, when the ring is full, arms and sleeps on its doorbell; the consumer takes
+// random amounts and, when the ring is empty, arms and sleeps on its own. Each doorbell is an
+// eventfd. A lost wake-up leaves a side asleep: its wait times out and the test fails.
+class Doorbell {
+ public:
+  Doorbell() : fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+  bool valid() const { return fd_.valid(); }
+  void ring() {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(fd_.get(), &one, sizeof(one));
+  }
+  // False if nobody rang within `ms`.
+  bool wait(int ms) {
+    pollfd pfd{fd_.get(), POLLIN, 0};
+    if (poll(&pfd, 1, ms) != 1) return false;
+    uint64_t v;
+    [[maybe_unused]] ssize_t n = ::read(fd_.get(), &v, sizeof(v));
+    return true;
+  }
+
+ private:
+  core::UniqueFd fd_;
+};
+
+TEST(ShmConcurrent, ProducerAndConsumerThreadsMove64MiBIntactSleepingOnDoorbells) {
+  constexpr uint64_t kTotal = uint64_t{64} << 20;
+  constexpr int kWaitMs = 5'000;  // far beyond any legitimate sleep: a lost wake-up
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  // The stream is this pattern repeated; its length is no divisor of the ring's.
+  const Bytes pat = pattern((size_t{1} << 20) + 3, 42);
+  auto expected = [&](uint64_t pos) { return pat.data() + pos % pat.size(); };
+  auto left_in_pat = [&](uint64_t pos) { return pat.size() - pos % pat.size(); };
+
+  const Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  const Segment acceptor = Segment::open(creator.id(), creator.nonce());
+  ASSERT_TRUE(acceptor.valid());
+  Doorbell producer_bell;
+  Doorbell consumer_bell;
+  ASSERT_TRUE(producer_bell.valid());
+  ASSERT_TRUE(consumer_bell.valid());
+
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::string failure;
+  auto fail = [&](const std::string& why) {
+    {
+      std::lock_guard lock(mu);
+      if (failure.empty()) failure = why;
+    }
+    stop.store(true);
+    producer_bell.ring();
+    consumer_bell.ring();
+  };
+  auto late = [&] { return std::chrono::steady_clock::now() > deadline; };
+  std::atomic<uint64_t> producer_sleeps{0};
+  std::atomic<uint64_t> consumer_sleeps{0};
+
+  std::thread producer([&] {
+    Ring ring = creator.tx(true);
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<size_t> size(1, 64 * 1024);
+    uint64_t pos = 0;
+    while (pos < kTotal && !stop.load()) {
+      if (late()) return fail("producer: past the deadline at byte " + std::to_string(pos));
+      // Up to two iovec entries: the chunk may run past the end of the pattern.
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(size(rng), kTotal - pos));
+      iovec iov[2];
+      int cnt = 1;
+      const size_t first = std::min(len, left_in_pat(pos));
+      iov[0] = {const_cast<unsigned char*>(expected(pos)), first};
+      if (first < len) {
+        iov[1] = {const_cast<unsigned char*>(pat.data()), len - first};
+        cnt = 2;
+      }
+      size_t written = 0;
+      bool bell = false;
+      if (ring.write(iov, cnt, &written, &bell) != Status::kOk) {
+        return fail("producer: write() says the ring is corrupt");
+      }
+      if (bell) consumer_bell.ring();
+      pos += written;
+      if (written > 0) continue;
+      if (ring.arm_producer()) continue;
+      producer_sleeps.fetch_add(1);
+      if (!producer_bell.wait(kWaitMs)) {
+        return fail("producer: lost wake-up, asleep on a full ring at byte " + std::to_string(pos));
+      }
+    }
+  });
+
+  std::thread consumer([&] {
+    Ring ring = acceptor.rx(false);
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<size_t> size(1, 96 * 1024);
+    uint64_t pos = 0;
+    while (pos < kTotal && !stop.load()) {
+      if (late()) return fail("consumer: past the deadline at byte " + std::to_string(pos));
+      const unsigned char* p = nullptr;
+      size_t contiguous = 0;
+      size_t avail = 0;
+      if (ring.peek(&p, &contiguous, &avail) != Status::kOk) {
+        return fail("consumer: peek() says the ring is corrupt");
+      }
+      if (avail == 0) {
+        if (ring.arm_consumer()) continue;
+        consumer_sleeps.fetch_add(1);
+        if (!consumer_bell.wait(kWaitMs)) {
+          return fail("consumer: lost wake-up, asleep on an empty ring at byte " +
+                      std::to_string(pos));
+        }
+        continue;
+      }
+      if (avail > kRingBytes || contiguous > avail || pos + avail > kTotal) {
+        return fail("consumer: peek() reports " + std::to_string(avail) + " bytes at byte " +
+                    std::to_string(pos));
+      }
+      const size_t n = std::min(contiguous, size(rng));
+      for (size_t done = 0; done < n;) {
+        const size_t c = std::min(n - done, left_in_pat(pos + done));
+        if (std::memcmp(p + done, expected(pos + done), c) != 0) {
+          return fail("consumer: wrong bytes within [" + std::to_string(pos + done) + ", " +
+                      std::to_string(pos + done + c) + ")");
+        }
+        done += c;
+      }
+      pos += n;
+      if (ring.consume(n)) producer_bell.ring();
+    }
+    if (pos == kTotal && ring.readable()) fail("consumer: bytes beyond the end of the stream");
+  });
+
+  producer.join();
+  consumer.join();
+  EXPECT_EQ(failure, "");
+  RecordProperty("producer_sleeps", std::to_string(producer_sleeps.load()));
+  RecordProperty("consumer_sleeps", std::to_string(consumer_sleeps.load()));
+}
+
+// The race the doorbell flags exist for, provoked as often as a short test can: two sides
+// ping-pong one byte at a time, and before arming each spins a random while, so that its arm
+// often lands just as the other side writes. A side that armed, found its ring empty and then
+// waits in vain for its doorbell has lost a wake-up.
+TEST(ShmConcurrent, PingPongOfSingleBytesLosesNoWakeUp) {
+  constexpr int kRounds = 20'000;
+  constexpr int kWaitMs = 5'000;  // far beyond any legitimate sleep: a lost wake-up
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  const Segment acceptor = Segment::open(creator.id(), creator.nonce());
+  ASSERT_TRUE(acceptor.valid());
+  Doorbell bells[2];
+  ASSERT_TRUE(bells[0].valid());
+  ASSERT_TRUE(bells[1].valid());
+
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::string failure;
+  auto fail = [&](const std::string& why) {
+    {
+      std::lock_guard lock(mu);
+      if (failure.empty()) failure = why;
+    }
+    stop.store(true);
+    bells[0].ring();
+    bells[1].ring();
+  };
+
+  // Side 0 (the connecting side) sends byte `round` and waits for it to come back; side 1
+  // waits for it and sends it back.
+  auto side = [&](int me) {
+    const Segment& seg = me == 0 ? creator : acceptor;
+    Ring tx = seg.tx(me == 0);
+    Ring rx = seg.rx(me == 0);
+    Doorbell& mine = bells[me];
+    Doorbell& peers = bells[1 - me];
+    std::mt19937 rng(static_cast<unsigned>(100 + me));
+    std::uniform_int_distribution<int> spins(0, 200);
+    const std::string who = "side " + std::to_string(me);
+    auto send = [&](int round) {
+      const unsigned char b = static_cast<unsigned char>(round);
+      iovec iov{const_cast<unsigned char*>(&b), 1};
+      size_t written = 0;
+      bool bell = false;
+      if (tx.write(&iov, 1, &written, &bell) != Status::kOk || written != 1) {
+        fail(who + ": write failed in round " + std::to_string(round));
+        return false;
+      }
+      if (bell) peers.ring();
+      return true;
+    };
+    // Spins a random while, then arms and sleeps, until the byte of `round` is there.
+    auto receive = [&](int round) {
+      for (int spun = 0, limit = spins(rng); !stop.load(); ++spun) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          fail(who + ": past the deadline in round " + std::to_string(round));
+          return false;
+        }
+        const unsigned char* p = nullptr;
+        size_t contiguous = 0;
+        size_t avail = 0;
+        if (rx.peek(&p, &contiguous, &avail) != Status::kOk) {
+          fail(who + ": peek() says the ring is corrupt");
+          return false;
+        }
+        if (avail > 0) {
+          if (avail != 1 || *p != static_cast<unsigned char>(round)) {
+            fail(who + ": wrong byte in round " + std::to_string(round));
+            return false;
+          }
+          if (rx.consume(1)) peers.ring();
+          return true;
+        }
+        if (spun < limit) continue;
+        if (rx.arm_consumer()) continue;
+        if (!mine.wait(kWaitMs)) {
+          fail(who + ": lost wake-up in round " + std::to_string(round));
+          return false;
+        }
+      }
+      return false;
+    };
+    for (int round = 0; round < kRounds; ++round) {
+      if (me == 0 && !(send(round) && receive(round))) return;
+      if (me == 1 && !(receive(round) && send(round))) return;
+    }
+  };
+  std::thread a(side, 0);
+  std::thread b(side, 1);
+  a.join();
+  b.join();
+  EXPECT_EQ(failure, "");
+}
+
+}  // namespace
+}  // namespace fabq::xport::shm
