@@ -59,11 +59,11 @@ Status Ring::peek(const unsigned char** p, size_t* contiguous, size_t* avail) co
 bool Ring::consume(size_t n) {
   if (n == 0) return false;
   const uint64_t head = ctl_->head.load(std::memory_order_relaxed);
-  // Release: this side's reads of the bytes happen before the producer may overwrite them.
-  ctl_->head.store(head + n, std::memory_order_release);
-  // Orders the head store before the flag load (Dekker, with arm_producer()).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  return ctl_->producer_blocked.load(std::memory_order_relaxed) != 0 &&
+  // seq_cst, like the flag load after it and arm_producer()'s flag store and head load: in
+  // their single total order the producer sees this head or this side sees its flag (Dekker).
+  // It is also a release: this side's reads of the bytes happen before they are overwritten.
+  ctl_->head.store(head + n, std::memory_order_seq_cst);
+  return ctl_->producer_blocked.load(std::memory_order_seq_cst) != 0 &&
          ctl_->producer_blocked.exchange(0, std::memory_order_relaxed) != 0;
 }
 
@@ -91,20 +91,19 @@ Status Ring::write(const iovec* iov, int cnt, size_t* written, bool* bell) {
     }
   }
   if (*written == 0) return Status::kOk;
-  // Release: the bytes are written before the consumer can see the tail that covers them.
-  ctl_->tail.store(tail, std::memory_order_release);
-  // Orders the tail store before the flag load (Dekker, with arm_consumer()).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  *bell = ctl_->consumer_asleep.load(std::memory_order_relaxed) != 0 &&
+  // seq_cst, like the flag load after it and arm_consumer()'s flag store and tail load: the
+  // consumer sees this tail or this side sees its flag (Dekker). Also a release: the bytes are
+  // written before the consumer can see the tail that covers them.
+  ctl_->tail.store(tail, std::memory_order_seq_cst);
+  *bell = ctl_->consumer_asleep.load(std::memory_order_seq_cst) != 0 &&
           ctl_->consumer_asleep.exchange(0, std::memory_order_relaxed) != 0;
   return Status::kOk;
 }
 
 bool Ring::arm_producer() {
-  ctl_->producer_blocked.store(1, std::memory_order_relaxed);
-  // Orders the flag store before the head load (Dekker, with consume()).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  const uint64_t head = ctl_->head.load(std::memory_order_acquire);
+  // seq_cst store and load (Dekker, with consume()).
+  ctl_->producer_blocked.store(1, std::memory_order_seq_cst);
+  const uint64_t head = ctl_->head.load(std::memory_order_seq_cst);
   const uint64_t tail = ctl_->tail.load(std::memory_order_relaxed);
   if (tail - head < kRingBytes) {
     ctl_->producer_blocked.store(0, std::memory_order_relaxed);
@@ -114,10 +113,14 @@ bool Ring::arm_producer() {
 }
 
 bool Ring::arm_consumer() {
-  ctl_->consumer_asleep.store(1, std::memory_order_relaxed);
-  // Orders the flag store before the tail load (Dekker, with write()).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  return ctl_->tail.load(std::memory_order_acquire) != ctl_->head.load(std::memory_order_relaxed);
+  // seq_cst store and load (Dekker, with write()).
+  ctl_->consumer_asleep.store(1, std::memory_order_seq_cst);
+  if (ctl_->tail.load(std::memory_order_seq_cst) == ctl_->head.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  // Bytes are there: no sleep, so no doorbell is wanted for them.
+  ctl_->consumer_asleep.store(0, std::memory_order_relaxed);
+  return true;
 }
 
 bool Ring::readable() const {

@@ -28,9 +28,10 @@
 // A doorbell is owed only to a side that may sleep: a consumer about to sleep sets
 // `consumer_asleep` and looks at the ring again; a producer that found the ring full sets
 // `producer_blocked` and looks again. Whoever then moves the index the other side waits on
-// exchanges the flag back to 0 and, if it was set, rings. Each side stores its flag, then a
-// sequentially consistent fence, then loads the other's index (and the other side: index,
-// fence, flag), so at least one of them sees the other: no wake-up is lost (Dekker).
+// exchanges the flag back to 0 and, if it was set, rings. Each side stores its flag and then
+// loads the other's index, the other stores its index and then loads the flag, all four
+// sequentially consistent, so at least one of them sees the other: no wake-up is lost
+// (Dekker). (Not fences: ThreadSanitizer does not model them.)
 //
 // The peer is not trusted: it may write anything into the segment at any time. Indices are
 // checked on every load (a tail more than a ring ahead of the head, or a head past the tail,
@@ -92,7 +93,7 @@ class Ring {
   // said it is blocked: the caller owes it a doorbell.
   [[nodiscard]] bool consume(size_t n);
   // Producer: copies as much of iov[0..cnt) as fits; returns the bytes written (0 when full).
-  // Release on the tail, then the fence, then the consumer's flag: *bell tells whether the
+  // The tail (seq_cst, so also a release), then the consumer's flag: *bell tells whether the
   // consumer asked for a doorbell (the flag is cleared). kCorrupt if the peer's head is
   // impossible.
   [[nodiscard]] Status write(const iovec* iov, int cnt, size_t* written, bool* bell);
@@ -100,7 +101,8 @@ class Ring {
   // (write again instead of waiting).
   bool arm_producer();
   // Consumer is about to sleep: announces it, then looks again. True if there are bytes now
-  // (do not sleep). A bogus tail also counts as bytes: reading it fails the connection.
+  // (do not sleep; the request is withdrawn). A bogus tail also counts as bytes: reading it
+  // fails the connection.
   bool arm_consumer();
 
   // Lock-free hints for the progress engine (relaxed loads; a stale answer only delays work
