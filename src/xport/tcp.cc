@@ -549,9 +549,7 @@ int Conn::accept(const void* data, size_t len) {
   if (state() != State::kPending || ep_ == nullptr) {
     return state() == State::kClosed ? -FI_ECONNABORTED : -FI_EOPBADSTATE;
   }
-  queue_ctrl_locked(wire::Op::kConnAccept, 0, data, len,
-                    seg_.valid() ? uint32_t{wire::kShmAccept} : 0u);
-  if (seg_.valid()) shm_agreed_locked(/*connecting=*/false);
+  queue_accept_locked(data, len);
   set_state(State::kAccepted);
   update_interest_locked();
   engine_->set_deadline(this, connect_deadline());
@@ -1031,20 +1029,14 @@ bool Conn::frame_done_locked() {
           return false;
         }
         peer_name_ = name;
-        if (prov::params().shm != 0 && (h.flags & wire::kShmOffer) != 0) {
-          seg_ = shm::Segment::open(h.tag, h.data);
-        }
-        queue_ctrl_locked(wire::Op::kConnAccept, 0, nullptr, 0,
-                          seg_.valid() ? uint32_t{wire::kShmAccept} : 0u);
-        if (seg_.valid()) shm_agreed_locked(/*connecting=*/false);
+        map_offer_locked(h);
+        queue_accept_locked(nullptr, 0);
         set_state(State::kAccepted);
         engine_->set_deadline(this, connect_deadline());
         return flush_locked();
       }
       // Mapped now, taken (or dropped) by fi_accept / fi_reject.
-      if (prov::params().shm != 0 && (h.flags & wire::kShmOffer) != 0) {
-        seg_ = shm::Segment::open(h.tag, h.data);
-      }
+      map_offer_locked(h);
       set_state(State::kPending);
       engine_->set_deadline(this, 0);
       update_interest_locked();
@@ -1128,6 +1120,21 @@ bool Conn::is_local(const sockaddr_in& peer) const {
   }
   freeifaddrs(list);
   return local;
+}
+
+void Conn::map_offer_locked(const wire::Header& req) {
+  if (prov::params().shm != 0 && (req.flags & wire::kShmOffer) != 0) {
+    seg_ = shm::Segment::open(req.tag, req.data);
+  }
+}
+
+void Conn::queue_accept_locked(const void* data, size_t len) {
+  if (!seg_.valid()) {
+    queue_ctrl_locked(wire::Op::kConnAccept, 0, data, len);
+    return;
+  }
+  queue_ctrl_locked(wire::Op::kConnAccept, 0, data, len, wire::kShmAccept);
+  shm_agreed_locked(/*connecting=*/false);
 }
 
 void Conn::shm_agreed_locked(bool connecting) {

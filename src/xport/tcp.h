@@ -201,6 +201,10 @@ class Conn final : public prov::Connection, public Pollable {
   void close_socket_locked();
   // Shared memory (xport/shm.h).
   bool is_local(const sockaddr_in& peer) const;
+  // The accepting side: maps the segment a kConnReq offers (seg_ stays invalid otherwise).
+  void map_offer_locked(const wire::Header& req);
+  // kConnAccept with `data`, taking the mapped offer if there is one.
+  void queue_accept_locked(const void* data, size_t len);
   // Both sides agreed on seg_: its rings are this connection's, the engine polls them, and
   // this side's frames move to its ring once what ctrl_ holds now is on the socket.
   void shm_agreed_locked(bool connecting);

@@ -100,9 +100,8 @@ TEST_P(GarbageBeforeTheConnectionRequest, IsDroppedAndThePassiveEndpointServesTh
   SKIP_UNLESS_FABQ();
   const Garbage g = GetParam();
   Peer raw([&g](Link& link) {
-    uint64_t port = 0;
     RawConnection conn;
-    if (!link.get_u64(&port) || !conn.connect_to(static_cast<uint16_t>(port))) return;
+    if (!conn.dial(link)) return;
     if (!conn.send_all(g.bytes)) return;
     if (g.then_close) {
       conn.close_now();
@@ -141,9 +140,8 @@ TEST_P(GarbageOnAConnectedEndpoint, FailsItWithReqErrAndThePassiveEndpointServes
   SKIP_UNLESS_FABQ();
   const Garbage g = GetParam();
   Peer raw([&g](Link& link) {
-    uint64_t port = 0;
     RawConnection conn;
-    if (!link.get_u64(&port) || !conn.connect_to(static_cast<uint16_t>(port))) return;
+    if (!conn.dial(link)) return;
     if (!conn.handshake("raw!") || !link.wait('g')) return;
     if (!conn.send_all(g.bytes)) return;
     EXPECT_TRUE(conn.closed_by_peer()) << "fabq kept a connection that sent " << g.name;
@@ -213,9 +211,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(MsgBadInput, SilentConnectionDoesNotHoldUpTheNextPeer) {
   SKIP_UNLESS_FABQ();
   Peer raw([](Link& link) {
-    uint64_t port = 0;
     RawConnection conn;
-    if (!link.get_u64(&port) || !conn.connect_to(static_cast<uint16_t>(port))) return;
+    if (!conn.dial(link)) return;
     link.signal('c');
     link.wait('x', (kPeerSeconds - 1) * 1000);
   });

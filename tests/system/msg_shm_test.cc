@@ -91,9 +91,8 @@ void accept_raw(Accepted& a, Peer& raw, const std::string& want_data) {
 TEST(MsgShm, AnOfferedSegmentIsTakenAndMessagesTravelThroughItsRingsBothWays) {
   SKIP_UNLESS_FABQ();
   Peer raw([](Link& link) {
-    uint64_t port = 0;
     RawConnection conn;
-    if (!link.get_u64(&port) || !conn.connect_to(static_cast<uint16_t>(port))) return;
+    if (!conn.dial(link)) return;
     shm::Segment seg = shm::Segment::create();
     ASSERT_TRUE(seg.valid());
     const RawConnection::ShmOffer offer{seg.id(), seg.nonce()};
@@ -130,9 +129,8 @@ TEST(MsgShm, AnOfferedSegmentIsTakenAndMessagesTravelThroughItsRingsBothWays) {
 TEST(MsgShm, AnOfferWithTheWrongNonceIsDeclinedAndTheConnectionStaysOnTheSocket) {
   SKIP_UNLESS_FABQ();
   Peer raw([](Link& link) {
-    uint64_t port = 0;
     RawConnection conn;
-    if (!link.get_u64(&port) || !conn.connect_to(static_cast<uint16_t>(port))) return;
+    if (!conn.dial(link)) return;
     shm::Segment seg = shm::Segment::create();
     ASSERT_TRUE(seg.valid());
     const RawConnection::ShmOffer offer{seg.id(), seg.nonce() + 1};
@@ -170,9 +168,8 @@ TEST_P(CorruptedRing, FailsOnlyThatConnectionWithReqErr) {
   SKIP_UNLESS_FABQ();
   const Corruption c = GetParam();
   Peer raw([&c](Link& link) {
-    uint64_t port = 0;
     RawConnection conn;
-    if (!link.get_u64(&port) || !conn.connect_to(static_cast<uint16_t>(port))) return;
+    if (!conn.dial(link)) return;
     shm::Segment seg = shm::Segment::create();
     ASSERT_TRUE(seg.valid());
     // A second view of the segment, mapped while its name still exists.

@@ -86,6 +86,11 @@ class RawConnection {
   RawConnection& operator=(const RawConnection&) = delete;
   ~RawConnection() { close_now(); }
 
+  // Receives the passive endpoint's port over `link`, then connects to it.
+  bool dial(Link& link) {
+    uint64_t port = 0;
+    return link.get_u64(&port) && connect_to(static_cast<uint16_t>(port));
+  }
   bool connect_to(uint16_t port) {
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{.sin_family = AF_INET, .sin_port = htons(port)};
