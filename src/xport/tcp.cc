@@ -1061,8 +1061,12 @@ bool Conn::frame_done_locked() {
       queue_ctrl_locked(wire::Op::kConnReady, 0, nullptr, 0);
       if (shm_agreed_) tx_switch_at_ = ctrl_.size();
       update_interest_locked();
+      // kConnReady goes to the kernel before the application hears FI_CONNECTED (as verbs
+      // sends its RTU before ESTABLISHED): an application that exits at once must not leave
+      // the peer with a handshake cut short.
+      if (!flush_locked()) return false;  // and the sends queued while connecting
       if (!rdm_) ep_->cm_event(FI_CONNECTED, cm_buf_, h.length);
-      return flush_locked();  // and the sends queued while connecting
+      return true;
     case wire::Op::kConnReject:
       reported_ = true;
       close_socket_locked();
