@@ -59,10 +59,18 @@ bool obeys_rules(const Header& h, size_t max_payload) {
   if (op < static_cast<uint8_t>(Op::kConnReq) || op > static_cast<uint8_t>(Op::kShutdown)) {
     return false;
   }
-  if ((h.flags & ~(is_data(h.op) ? kDataFlags : 0u)) != 0) return false;
+  uint32_t allowed = 0;
+  if (is_data(h.op)) allowed = kDataFlags;
+  if (h.op == Op::kConnReq) allowed = kShmOffer;
+  if (h.op == Op::kConnAccept) allowed = kShmAccept;
+  if ((h.flags & ~allowed) != 0) return false;
   if (h.length > length_limit(h.op, max_payload)) return false;
-  if (h.tag != 0 && h.op != Op::kTagged) return false;
-  if (h.data != 0 && (h.flags & kRemoteData) == 0) return false;
+  // A shared-memory offer names its segment in `tag` and carries its nonce in `data`.
+  const bool offer = h.op == Op::kConnReq && (h.flags & kShmOffer) != 0;
+  if (h.tag != 0 && h.op != Op::kTagged && !offer) return false;
+  if (h.data != 0 && (h.flags & kRemoteData) == 0 && !offer) return false;
+  const bool numbered = is_data(h.op) || h.op == Op::kAckReceived || h.op == Op::kAckDelivered;
+  if (h.seq != 0 && !numbered) return false;
   return true;
 }
 
