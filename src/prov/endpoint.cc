@@ -533,6 +533,10 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
   box_.fid.msg = &EpOps::msg_ops_;
   box_.fid.tagged = &EpOps::tagged_ops_;
   box_.owner = this;
+  // Room for a MSG endpoint's one connection (and a few of an RDM endpoint's) in both: its
+  // first stalls allocate nothing either.
+  stalled_.reserve(kStallRoom);
+  spare_stalled_.reserve(kStallRoom);
   if (info.src_addr != nullptr && info.src_addrlen >= sizeof(sockaddr_in)) {
     std::memcpy(&src_, info.src_addr, sizeof(src_));
   }
@@ -699,7 +703,7 @@ void Endpoint::complete_recv(const PostedRecv& r, const Incoming& in, size_t pla
 
 void Endpoint::deliver_unexpected(const PostedRecv& r, const Unexpected& u,
                                   std::vector<uint32_t>* events) {
-  const size_t n = scatter(r.iov, r.iov_count, u.data.get(), std::min(u.in.len, r.len));
+  const size_t n = scatter(r.iov, r.iov_count, u.data, std::min(u.in.len, r.len));
   complete_recv(r, u.in, n, events);
 }
 
@@ -921,7 +925,7 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
   } else {
     p->kind = Placement::Kind::kUnexpected;
     p->unexpected = unexpected;
-    p->iov[0] = {unexpected->data.get(), in.len};
+    p->iov[0] = {unexpected->data, in.len};
     p->iov_count = 1;
     p->capacity = in.len;
   }

@@ -159,6 +159,7 @@ class Endpoint final : public Object, public AsyncTarget {
   bool closing_ = false;  // the destructor runs: nothing more is placed
   bool tx_selective_ = false;
   bool rx_selective_ = false;
+  static constexpr size_t kStallRoom = 4;
   std::vector<Connection*> stalled_;        // those place() refused a message; guarded by mu_
   std::vector<Connection*> spare_stalled_;  // empty, with capacity, for stalled_; guarded by mu_
   bool retry_ = false;                      // ... because the receive CQ was full; guarded by mu_

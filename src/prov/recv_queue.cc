@@ -9,8 +9,17 @@ bool tag_matches(uint64_t tag, uint64_t want, uint64_t ignore) {
 }
 
 RecvQueue::RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected_count)
-    : capacity_(capacity), max_bytes_(unexpected_bytes), max_count_(unexpected_count) {
+    : capacity_(capacity),
+      max_bytes_(unexpected_bytes),
+      max_count_(unexpected_count),
+      pool_(std::pmr::pool_options{.max_blocks_per_chunk = kChunkBlocks,
+                                   .largest_required_pool_block = kPooledPayload}),
+      unexpected_(&pool_) {
   posted_.reserve(capacity);
+}
+
+RecvQueue::~RecvQueue() {
+  while (!unexpected_.empty()) retire(unexpected_.begin());
 }
 
 std::optional<PostedRecv> RecvQueue::take_match(const Incoming& in) {
@@ -46,43 +55,18 @@ bool RecvQueue::room_for(size_t len) const {
 }
 
 Unexpected* RecvQueue::add_unexpected(Endpoint* from, const Incoming& in) {
-  // A node (and its buffer) that an earlier message left behind: a steady stream of small
-  // unexpected messages allocates nothing.
-  if (spare_.empty()) {
-    unexpected_.emplace_back();
-  } else {
-    unexpected_.splice(unexpected_.end(), spare_, spare_.begin());
-    spare_bytes_ -= unexpected_.back().capacity;
-  }
-  Unexpected& u = unexpected_.back();
+  Unexpected& u = unexpected_.emplace_back();
   u.from = from;
   u.in = in;
-  u.complete = false;
-  u.orphan = false;
-  u.claimed_by = nullptr;
-  u.taker.reset();
-  if (in.len > u.capacity) {
-    u.data.reset(new unsigned char[in.len]);
-    u.capacity = in.len;
-  }
+  if (in.len > 0) u.data = static_cast<unsigned char*>(pool_.allocate(in.len, 1));
   unexpected_bytes_ += in.len;
   return &u;
 }
 
-void RecvQueue::retire(std::list<Unexpected>::iterator it) {
+void RecvQueue::retire(std::pmr::list<Unexpected>::iterator it) {
   unexpected_bytes_ -= it->in.len;
-  // As many nodes as the queue may hold at once, so that a burst as large as an earlier one
-  // allocates nothing; buffers only while small, and a quarter of the byte budget in all.
-  if (it->capacity > kSpareBuffer || spare_bytes_ + it->capacity > max_bytes_ / 4) {
-    it->data.reset();
-    it->capacity = 0;
-  }
-  if (spare_.size() < max_count_) {
-    spare_bytes_ += it->capacity;
-    spare_.splice(spare_.end(), unexpected_, it);
-  } else {
-    unexpected_.erase(it);
-  }
+  if (it->data != nullptr) pool_.deallocate(it->data, it->in.len, 1);
+  unexpected_.erase(it);
 }
 
 Unexpected* RecvQueue::find_unexpected(bool tagged, uint64_t tag, uint64_t ignore) {

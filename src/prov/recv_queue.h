@@ -10,6 +10,13 @@
 // stalls (the transport stops reading, and TCP makes the sender wait) until receives are
 // posted. Nothing is dropped.
 //
+// Memory: the entries and the payloads of up to kPooledPayload bytes come from a pool the queue
+// owns. A consumed message's memory returns to the pool, not to the heap, so once the queue has
+// held its peak number of messages, buffering as many again allocates nothing. The pool grows in
+// chunks of at most kChunkBlocks entries or payloads and keeps what it grew to until the queue is
+// destroyed: at most its peak (both limits above) plus one chunk per size. Larger payloads are
+// allocated per message and freed when the message is consumed.
+//
 // Thread safety: none; the owner's lock guards it.
 #pragma once
 
@@ -18,7 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
-#include <memory>
+#include <memory_resource>
 #include <optional>
 #include <vector>
 
@@ -31,8 +38,7 @@ class Endpoint;
 struct Unexpected {
   Endpoint* from = nullptr;  // the endpoint it arrived on
   Incoming in;
-  std::unique_ptr<unsigned char[]> data;
-  size_t capacity = 0;              // bytes data holds (kept from an earlier message of the node)
+  unsigned char* data = nullptr;    // in.len bytes from the queue's pool; null when in.len is 0
   bool complete = false;            // its whole payload has arrived
   bool orphan = false;              // its endpoint is closing: no receive may take it
   void* claimed_by = nullptr;       // FI_PEEK | FI_CLAIM: kept for the FI_CLAIM receive with it
@@ -44,6 +50,9 @@ bool tag_matches(uint64_t tag, uint64_t want, uint64_t ignore);
 class RecvQueue {
  public:
   RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected_count);
+  ~RecvQueue();
+  RecvQueue(const RecvQueue&) = delete;
+  RecvQueue& operator=(const RecvQueue&) = delete;
 
   size_t posted() const { return posted_.size(); }
   bool full() const { return posted_.size() >= capacity_; }
@@ -75,17 +84,16 @@ class RecvQueue {
   std::vector<PostedRecv> drop_from(Endpoint* from);
 
  private:
-  // The largest buffer a retired node keeps for the next unexpected message.
-  static constexpr size_t kSpareBuffer = 4096;
-  void retire(std::list<Unexpected>::iterator it);
+  static constexpr size_t kPooledPayload = 4096;
+  static constexpr size_t kChunkBlocks = 256;
+  void retire(std::pmr::list<Unexpected>::iterator it);
 
   const size_t capacity_;
   const size_t max_bytes_;
   const size_t max_count_;
   std::vector<PostedRecv> posted_;
-  std::list<Unexpected> unexpected_;
-  std::list<Unexpected> spare_;  // retired nodes, reused by add_unexpected()
-  size_t spare_bytes_ = 0;       // buffer bytes the spare nodes keep
+  std::pmr::unsynchronized_pool_resource pool_;  // before unexpected_: outlives its nodes
+  std::pmr::list<Unexpected> unexpected_;
   size_t unexpected_bytes_ = 0;
 };
 

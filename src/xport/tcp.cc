@@ -122,7 +122,12 @@ int fi_errno_of(int e) {
 // --- Engine
 
 Engine::Engine()
-    : epfd_(epoll_create1(EPOLL_CLOEXEC)), kick_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+    : epfd_(epoll_create1(EPOLL_CLOEXEC)), kick_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  // They swap, so each needs room before the first swap: else the first rounds allocate.
+  scheduled_.reserve(kScheduleRoom);
+  running_.reserve(kScheduleRoom);
+  deadlines_.reserve(kScheduleRoom);
+}
 
 Engine::~Engine() {
   stop_.store(true, std::memory_order_release);

@@ -109,6 +109,7 @@ class Engine final : public prov::Transport {
   std::recursive_mutex mu_;  // recursive: a callback may destroy a connection
   core::UniqueFd epfd_;
   core::UniqueFd kick_fd_;
+  static constexpr size_t kScheduleRoom = 16;
   std::mutex sched_mu_;  // guards scheduled_, deadlines_
   std::vector<Pollable*> scheduled_;
   std::vector<Pollable*> running_;  // scheduled_ being run; guarded by mu_
