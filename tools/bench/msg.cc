@@ -914,16 +914,23 @@ Sample msg_pingpong(const Scenario& sc, const Provider& p, const Options& o) {
 
 // msg-rate: the client keeps a window of sends in flight; the server, whose receives are all
 // posted before it accepts, checks each message, reposts its buffer and, after the last of a
-// round, sends an 8-byte ack. A warm-up round, then the timed one, which ends at the ack.
+// round, sends an 8-byte ack. Warm-up rounds, then the timed one, which ends at the ack.
+//
+// Here and in msg-comp-rate, a sender outruns its receiver, so messages wait for their
+// receives, and how many wait at most varies from round to round. Three warm-up rounds as long
+// as the timed one let the receiver's buffers for them reach that peak before the timed round,
+// which then shows the steady state.
+constexpr uint64_t kRateRounds = 4;
 bool rate_client(Peer& c, const MsgFormat& f, const MsgFormat& ack, uint64_t warm, uint64_t timed,
                  Figures* fig) {
   uint64_t seq = 0;
-  for (uint64_t round = 1; round <= 2; ++round) {
-    if (round == 2) {
+  for (uint64_t round = 1; round <= kRateRounds; ++round) {
+    const bool timed_round = round == kRateRounds;
+    if (timed_round) {
       fig->allocs0 = heap_allocations_now();
       fig->start[1] = now_ns();
     }
-    for (uint64_t i = 0, n = round == 1 ? warm : timed; i < n; ++i) {
+    for (uint64_t i = 0, n = timed_round ? timed : warm; i < n; ++i) {
       size_t s = 0;
       if (!c.acquire_send(&s)) return false;
       f.stamp(c.send_buf(s), ++seq, MsgDir::kToServer);
@@ -935,7 +942,7 @@ bool rate_client(Peer& c, const MsgFormat& f, const MsgFormat& ack, uint64_t war
         !c.post_recv(r) || !c.drain_sends()) {
       return false;
     }
-    if (round == 2) {
+    if (timed_round) {
       fig->end[1] = now_ns();
       fig->allocs1 = heap_allocations_now();
     }
@@ -959,10 +966,10 @@ bool receive_round(Peer& p, const MsgFormat& f, MsgDir dir, uint64_t first, uint
 }
 
 bool rate_server(Peer& s, const MsgFormat& f, const MsgFormat& ack, uint64_t warm, uint64_t timed) {
-  std::vector<bool> seen(warm + timed + 1, false);
+  std::vector<bool> seen((kRateRounds - 1) * warm + timed + 1, false);
   uint64_t first = 1;
-  for (uint64_t round = 1; round <= 2; ++round) {
-    const uint64_t n = round == 1 ? warm : timed;
+  for (uint64_t round = 1; round <= kRateRounds; ++round) {
+    const uint64_t n = round == kRateRounds ? timed : warm;
     for (uint64_t i = 0; i < n; ++i) {
       size_t r = 0, len = 0;
       if (!s.next_recv(&r, &len) ||
@@ -982,7 +989,7 @@ bool rate_server(Peer& s, const MsgFormat& f, const MsgFormat& ack, uint64_t war
 Sample msg_rate(const Scenario& sc, const Provider& p, const Options& o) {
   const size_t window = window_for(sc.msg_size, o);
   const uint64_t timed = count_for(o.msg_messages, 4 * window, sc.msg_size, o);
-  const uint64_t warm = std::max<uint64_t>(timed / 10, window);
+  const uint64_t warm = timed;
   const MsgFormat f(sc.msg_size), ack(MsgFormat::kMinSize);
   Figures fig;
   const Part server{2, window, [&](Peer& s) { return rate_server(s, f, ack, warm, timed); }};
@@ -995,18 +1002,20 @@ Sample msg_rate(const Scenario& sc, const Provider& p, const Options& o) {
 }
 
 // msg-comp-rate: both sides send and receive at once, each with a window of sends in flight
-// and its receives posted; a round starts at a barrier. Its figure is the time from the
-// earlier start to the later end over every completion both CQs delivered: 2 per message.
+// and its receives posted; a round starts at a barrier; warm-up rounds as in msg-rate. Its figure
+// is the time from the earlier start to the later end over every completion both CQs delivered: 2
+// per message.
 bool comp_rate_side(Peer& p, int side, const MsgFormat& f, uint64_t warm, uint64_t timed,
                     Figures* fig) {
   const MsgDir out = side == 1 ? MsgDir::kToServer : MsgDir::kToClient;
   const MsgDir in = side == 1 ? MsgDir::kToClient : MsgDir::kToServer;
-  std::vector<bool> seen(warm + timed + 1, false);
+  std::vector<bool> seen((kRateRounds - 1) * warm + timed + 1, false);
   uint64_t seq = 0, first = 1;
-  for (uint64_t round = 1; round <= 2; ++round) {
-    const uint64_t n = round == 1 ? warm : timed;
+  for (uint64_t round = 1; round <= kRateRounds; ++round) {
+    const bool timed_round = round == kRateRounds;
+    const uint64_t n = timed_round ? timed : warm;
     if (!p.barrier(true)) return false;
-    if (round == 2) {
+    if (timed_round) {
       if (side == 1) fig->allocs0 = heap_allocations_now();
       fig->start[side] = now_ns();
     }
@@ -1029,7 +1038,7 @@ bool comp_rate_side(Peer& p, int side, const MsgFormat& f, uint64_t warm, uint64
     }
     if (!p.drain_sends()) return false;
     first += n;
-    if (round == 2) {
+    if (timed_round) {
       fig->end[side] = now_ns();
       if (side == 1) fig->allocs1 = heap_allocations_now();
     }
@@ -1040,7 +1049,7 @@ bool comp_rate_side(Peer& p, int side, const MsgFormat& f, uint64_t warm, uint64
 Sample msg_comp_rate(const Scenario& sc, const Provider& p, const Options& o) {
   const size_t window = window_for(sc.msg_size, o);
   const uint64_t timed = count_for(o.msg_messages, 4 * window, sc.msg_size, o);
-  const uint64_t warm = std::max<uint64_t>(timed / 10, window);
+  const uint64_t warm = timed;
   const MsgFormat f(sc.msg_size);
   Figures fig;
   const Part server{window, window,
