@@ -1,14 +1,19 @@
 #include "xport/shm.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <utility>
 
 #include "core/unique_fd.h"
@@ -177,7 +182,33 @@ void Segment::unlink() {
   shm_unlink(name_of(id_).c_str());
 }
 
+size_t Segment::sweep_stale() {
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(opendir("/dev/shm"), closedir);
+  if (!dir) return 0;
+  size_t removed = 0;
+  while (const dirent* e = readdir(dir.get())) {
+    unsigned pid = 0, n = 0;
+    int end = 0;
+    if (std::sscanf(e->d_name, "fabq-%u-%u%n", &pid, &n, &end) != 2 || e->d_name[end] != '\0') {
+      continue;
+    }
+    const std::string name = "/" + std::string(e->d_name);
+    if (name != name_of(static_cast<uint64_t>(pid) << 32 | n)) continue;  // not as fabq names
+    if (static_cast<pid_t>(pid) == getpid() || pid == 0) continue;
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    struct stat st {};
+    if (fstatat(dirfd(dir.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+      continue;
+    }
+    if (shm_unlink(name.c_str()) == 0) ++removed;
+  }
+  return removed;
+}
+
 Segment Segment::create() {
+  static std::once_flag swept;
+  std::call_once(swept, [] { sweep_stale(); });
   Segment s;
   uint64_t nonce = 0;
   while (nonce == 0) {

@@ -23,7 +23,8 @@
 //     4096        ring 0's bytes, then ring 1's
 //
 // Its name is /fabq-<pid>-<n> (the creator's pid, a counter), which the offer carries as
-// id = pid << 32 | n.
+// id = pid << 32 | n. A name whose creator died before the answer is removed by the next
+// process of the same user that creates a segment (Segment::sweep_stale()).
 //
 // A doorbell is owed only to a side that may sleep: a consumer about to sleep sets
 // `consumer_asleep` and looks at the ring again; a producer that found the ring full sets
@@ -128,8 +129,14 @@ class Segment {
 
   // The connecting side: a fresh segment with a new name and a random nonce. An invalid
   // Segment if it cannot be made (no /dev/shm, out of memory): the connection then stays on
-  // TCP.
+  // TCP. The first call in a process also removes stale names (sweep_stale()).
   static Segment create();
+  // Removes the names of this user's segments whose creator no longer runs: a process killed
+  // between its offer and the answer leaves its name behind, and nobody else would remove it.
+  // A creator is taken to run while kill(pid, 0) says anything but ESRCH, so a live process
+  // (or a pid of another pid namespace that shares /dev/shm) keeps its names. Returns how many
+  // it removed. Any thread; it only reads /dev/shm and unlinks.
+  static size_t sweep_stale();
   // The accepting side: maps the segment the offer names and checks its size, owner and
   // nonce, then unlinks the name. An invalid Segment if any of that fails.
   static Segment open(uint64_t id, uint64_t nonce);

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -113,6 +114,66 @@ class ShmRing : public testing::Test {
 };
 
 // --- Segment --------------------------------------------------------------------------------
+
+// A pid that ran and has ended: a child that exited, reaped.
+pid_t dead_pid() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return pid;
+}
+
+// Creates a file in /dev/shm as a segment's creator would; returns whether it could.
+bool make_name(const std::string& file) {
+  core::UniqueFd fd(::open(("/dev/shm/" + file).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600));
+  return fd.valid();
+}
+
+bool file_exists(const std::string& file) {
+  struct stat st {};
+  return ::stat(("/dev/shm/" + file).c_str(), &st) == 0;
+}
+
+TEST(ShmSegment, SweepRemovesTheNamesOfCreatorsThatNoLongerRunAndNothingElse) {
+  const pid_t dead = dead_pid();
+  ASSERT_GT(dead, 0);
+  const std::string d = std::to_string(dead);
+  const std::string mine = std::to_string(getpid());
+  const std::string stale = "fabq-" + d + "-4000000001";
+  const std::vector<std::string> kept = {
+      "fabq-" + mine + "-4000000002",  // this process runs
+      "fabq-" + d + "-4000000003x",    // not a fabq name: a suffix
+      "fabq-0" + d + "-4000000004",    // not as fabq writes a pid
+      "fabq-" + d + "-4000000005-6",   // not a fabq name: three numbers
+  };
+  ASSERT_TRUE(make_name(stale));
+  for (const std::string& k : kept) ASSERT_TRUE(make_name(k)) << k;
+
+  EXPECT_GE(Segment::sweep_stale(), 1u);
+  EXPECT_FALSE(file_exists(stale)) << "the creator " << dead << " has ended";
+  ::unlink(("/dev/shm/" + stale).c_str());
+  for (const std::string& k : kept) {
+    EXPECT_TRUE(file_exists(k)) << k;
+    ::unlink(("/dev/shm/" + k).c_str());
+  }
+}
+
+TEST(ShmSegment, CreateSweepsStaleNamesTheFirstTimeInAProcess) {
+  // In a child of its own, so that its create() is that process's first.
+  const std::string stale = "fabq-" + std::to_string(dead_pid()) + "-4000000007";
+  ASSERT_TRUE(make_name(stale));
+  const pid_t child = fork();
+  if (child == 0) {
+    const Segment s = Segment::create();
+    _exit(s.valid() ? 0 : 1);
+  }
+  int status = -1;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_FALSE(file_exists(stale));
+  ::unlink(("/dev/shm/" + stale).c_str());
+}
 
 TEST(ShmSegment, ADefaultSegmentIsInvalid) {
   EXPECT_FALSE(Segment().valid());
