@@ -14,6 +14,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include "core/unique_fd.h"
@@ -182,26 +184,48 @@ void Segment::unlink() {
   shm_unlink(name_of(id_).c_str());
 }
 
+std::optional<uint64_t> Segment::id_of(const char* file) {
+  static constexpr std::string_view kPrefix = "fabq-";
+  std::string_view f(file);
+  if (!f.starts_with(kPrefix)) return std::nullopt;
+  f.remove_prefix(kPrefix.size());
+  uint64_t part[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    // Digits only, no leading zero, at most 2^32 - 1: exactly what name_of() writes.
+    size_t k = 0;
+    while (k < f.size() && f[k] >= '0' && f[k] <= '9') {
+      part[i] = part[i] * 10 + static_cast<uint64_t>(f[k] - '0');
+      if (++k > 10 || part[i] > 0xffffffffu) return std::nullopt;
+    }
+    if (k == 0 || (k > 1 && f[0] == '0')) return std::nullopt;
+    f.remove_prefix(k);
+    if (i == 0) {
+      if (!f.starts_with('-')) return std::nullopt;
+      f.remove_prefix(1);
+    }
+  }
+  if (!f.empty()) return std::nullopt;
+  return part[0] << 32 | part[1];
+}
+
 size_t Segment::sweep_stale() {
   std::unique_ptr<DIR, int (*)(DIR*)> dir(opendir("/dev/shm"), closedir);
   if (!dir) return 0;
   size_t removed = 0;
   while (const dirent* e = readdir(dir.get())) {
-    unsigned pid = 0, n = 0;
-    int end = 0;
-    if (std::sscanf(e->d_name, "fabq-%u-%u%n", &pid, &n, &end) != 2 || e->d_name[end] != '\0') {
-      continue;
-    }
-    const std::string name = "/" + std::string(e->d_name);
-    if (name != name_of(static_cast<uint64_t>(pid) << 32 | n)) continue;  // not as fabq names
-    if (static_cast<pid_t>(pid) == getpid() || pid == 0) continue;
+    std::optional<uint64_t> id = id_of(e->d_name);
+    if (!id) continue;
+    const uint64_t pid = *id >> 32;
+    // Linux pids are below 2^22 (PID_MAX_LIMIT); anything else would make kill() address a
+    // process group.
+    if (pid == 0 || pid > (1u << 22) || static_cast<pid_t>(pid) == getpid()) continue;
     if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
     struct stat st {};
     if (fstatat(dirfd(dir.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
         !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
       continue;
     }
-    if (shm_unlink(name.c_str()) == 0) ++removed;
+    if (shm_unlink(name_of(*id).c_str()) == 0) ++removed;
   }
   return removed;
 }

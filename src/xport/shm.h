@@ -52,6 +52,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace fabq::xport::shm {
@@ -153,6 +154,8 @@ class Segment {
  private:
   void reset();
   static std::string name_of(uint64_t id);
+  // The id of the /dev/shm file `file` if it is named exactly as name_of() names segments.
+  static std::optional<uint64_t> id_of(const char* file);
 
   void* base_ = nullptr;
   size_t size_ = 0;

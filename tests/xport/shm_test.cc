@@ -146,6 +146,10 @@ TEST(ShmSegment, SweepRemovesTheNamesOfCreatorsThatNoLongerRunAndNothingElse) {
       "fabq-" + d + "-4000000003x",    // not a fabq name: a suffix
       "fabq-0" + d + "-4000000004",    // not as fabq writes a pid
       "fabq-" + d + "-4000000005-6",   // not a fabq name: three numbers
+      "fabq-" + d + "-04000000006",    // not as fabq writes a counter
+      "fabq-" + d + "-4294967296",     // a counter above 32 bits
+      "fabq-4294967295-4000000008",    // not a pid: kill() would take it for a process group
+      "fabq--4000000009",              // no pid
   };
   ASSERT_TRUE(make_name(stale));
   for (const std::string& k : kept) ASSERT_TRUE(make_name(k)) << k;
