@@ -18,10 +18,6 @@ RecvQueue::RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected
   posted_.reserve(capacity);
 }
 
-RecvQueue::~RecvQueue() {
-  while (!unexpected_.empty()) retire(unexpected_.begin());
-}
-
 std::optional<PostedRecv> RecvQueue::take_match(const Incoming& in) {
   auto it = std::find_if(posted_.begin(), posted_.end(), [&](const PostedRecv& r) {
     return r.tagged == in.tagged && (!in.tagged || tag_matches(in.tag, r.tag, r.ignore));

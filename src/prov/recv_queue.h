@@ -50,9 +50,6 @@ bool tag_matches(uint64_t tag, uint64_t want, uint64_t ignore);
 class RecvQueue {
  public:
   RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected_count);
-  ~RecvQueue();
-  RecvQueue(const RecvQueue&) = delete;
-  RecvQueue& operator=(const RecvQueue&) = delete;
 
   size_t posted() const { return posted_.size(); }
   bool full() const { return posted_.size() >= capacity_; }
@@ -92,7 +89,8 @@ class RecvQueue {
   const size_t max_bytes_;
   const size_t max_count_;
   std::vector<PostedRecv> posted_;
-  std::pmr::unsynchronized_pool_resource pool_;  // before unexpected_: outlives its nodes
+  // Before unexpected_: outlives its nodes. Destroyed, it frees every payload still out.
+  std::pmr::unsynchronized_pool_resource pool_;
   std::pmr::list<Unexpected> unexpected_;
   size_t unexpected_bytes_ = 0;
 };

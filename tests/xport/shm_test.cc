@@ -707,6 +707,32 @@ class Doorbell {
   core::UniqueFd fd_;
 };
 
+// What the two threads of a test share to stop at the first failure: its reason, and the
+// doorbells to ring so that neither side stays asleep.
+class FirstFailure {
+ public:
+  FirstFailure(Doorbell& a, Doorbell& b) : bells_{&a, &b} {}
+  void operator()(const std::string& why) {
+    {
+      std::lock_guard lock(mu_);
+      if (failure_.empty()) failure_ = why;
+    }
+    stop_.store(true);
+    for (Doorbell* d : bells_) d->ring();
+  }
+  bool stopped() const { return stop_.load(); }
+  std::string reason() {
+    std::lock_guard lock(mu_);
+    return failure_;
+  }
+
+ private:
+  Doorbell* bells_[2];
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::string failure_;
+};
+
 TEST(ShmConcurrent, ProducerAndConsumerThreadsMove64MiBIntactSleepingOnDoorbells) {
   constexpr uint64_t kTotal = uint64_t{64} << 20;
   constexpr int kWaitMs = 5'000;  // far beyond any legitimate sleep: a lost wake-up
@@ -725,18 +751,7 @@ TEST(ShmConcurrent, ProducerAndConsumerThreadsMove64MiBIntactSleepingOnDoorbells
   ASSERT_TRUE(producer_bell.valid());
   ASSERT_TRUE(consumer_bell.valid());
 
-  std::atomic<bool> stop{false};
-  std::mutex mu;
-  std::string failure;
-  auto fail = [&](const std::string& why) {
-    {
-      std::lock_guard lock(mu);
-      if (failure.empty()) failure = why;
-    }
-    stop.store(true);
-    producer_bell.ring();
-    consumer_bell.ring();
-  };
+  FirstFailure fail(producer_bell, consumer_bell);
   auto late = [&] { return std::chrono::steady_clock::now() > deadline; };
   std::atomic<uint64_t> producer_sleeps{0};
   std::atomic<uint64_t> consumer_sleeps{0};
@@ -746,7 +761,7 @@ TEST(ShmConcurrent, ProducerAndConsumerThreadsMove64MiBIntactSleepingOnDoorbells
     std::mt19937 rng(7);
     std::uniform_int_distribution<size_t> size(1, 64 * 1024);
     uint64_t pos = 0;
-    while (pos < kTotal && !stop.load()) {
+    while (pos < kTotal && !fail.stopped()) {
       if (late()) return fail("producer: past the deadline at byte " + std::to_string(pos));
       // Up to two iovec entries: the chunk may run past the end of the pattern.
       const size_t len = static_cast<size_t>(std::min<uint64_t>(size(rng), kTotal - pos));
@@ -779,7 +794,7 @@ TEST(ShmConcurrent, ProducerAndConsumerThreadsMove64MiBIntactSleepingOnDoorbells
     std::mt19937 rng(11);
     std::uniform_int_distribution<size_t> size(1, 96 * 1024);
     uint64_t pos = 0;
-    while (pos < kTotal && !stop.load()) {
+    while (pos < kTotal && !fail.stopped()) {
       if (late()) return fail("consumer: past the deadline at byte " + std::to_string(pos));
       const unsigned char* p = nullptr;
       size_t contiguous = 0;
@@ -817,7 +832,7 @@ TEST(ShmConcurrent, ProducerAndConsumerThreadsMove64MiBIntactSleepingOnDoorbells
 
   producer.join();
   consumer.join();
-  EXPECT_EQ(failure, "");
+  EXPECT_EQ(fail.reason(), "");
   RecordProperty("producer_sleeps", std::to_string(producer_sleeps.load()));
   RecordProperty("consumer_sleeps", std::to_string(consumer_sleeps.load()));
 }
@@ -838,18 +853,7 @@ TEST(ShmConcurrent, PingPongOfSingleBytesLosesNoWakeUp) {
   ASSERT_TRUE(bells[0].valid());
   ASSERT_TRUE(bells[1].valid());
 
-  std::atomic<bool> stop{false};
-  std::mutex mu;
-  std::string failure;
-  auto fail = [&](const std::string& why) {
-    {
-      std::lock_guard lock(mu);
-      if (failure.empty()) failure = why;
-    }
-    stop.store(true);
-    bells[0].ring();
-    bells[1].ring();
-  };
+  FirstFailure fail(bells[0], bells[1]);
 
   // Side 0 (the connecting side) sends byte `round` and waits for it to come back; side 1
   // waits for it and sends it back.
@@ -876,7 +880,7 @@ TEST(ShmConcurrent, PingPongOfSingleBytesLosesNoWakeUp) {
     };
     // Spins a random while, then arms and sleeps, until the byte of `round` is there.
     auto receive = [&](int round) {
-      for (int spun = 0, limit = spins(rng); !stop.load(); ++spun) {
+      for (int spun = 0, limit = spins(rng); !fail.stopped(); ++spun) {
         if (std::chrono::steady_clock::now() > deadline) {
           fail(who + ": past the deadline in round " + std::to_string(round));
           return false;
@@ -914,7 +918,7 @@ TEST(ShmConcurrent, PingPongOfSingleBytesLosesNoWakeUp) {
   std::thread b(side, 1);
   a.join();
   b.join();
-  EXPECT_EQ(failure, "");
+  EXPECT_EQ(fail.reason(), "");
 }
 
 }  // namespace
