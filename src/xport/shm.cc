@@ -208,8 +208,8 @@ std::optional<uint64_t> Segment::id_of(const char* file) {
   return part[0] << 32 | part[1];
 }
 
-size_t Segment::sweep_stale() {
-  std::unique_ptr<DIR, int (*)(DIR*)> dir(opendir("/dev/shm"), closedir);
+size_t Segment::sweep_stale(const char* path) {
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(opendir(path), closedir);
   if (!dir) return 0;
   size_t removed = 0;
   while (const dirent* e = readdir(dir.get())) {
@@ -225,7 +225,8 @@ size_t Segment::sweep_stale() {
         !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
       continue;
     }
-    if (shm_unlink(name_of(*id).c_str()) == 0) ++removed;
+    // What shm_unlink() does, relative to `path`.
+    if (unlinkat(dirfd(dir.get()), e->d_name, 0) == 0) ++removed;
   }
   return removed;
 }

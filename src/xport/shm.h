@@ -136,8 +136,10 @@ class Segment {
   // between its offer and the answer leaves its name behind, and nobody else would remove it.
   // A creator is taken to run while kill(pid, 0) says anything but ESRCH, so a live process
   // (or a pid of another pid namespace that shares /dev/shm) keeps its names. Returns how many
-  // it removed. Any thread; it only reads /dev/shm and unlinks.
-  static size_t sweep_stale();
+  // it removed. Any thread; it only reads the directory and unlinks. `dir` is where POSIX
+  // shared-memory names live; a test passes a directory of its own, which no other process's
+  // sweep reaches.
+  static size_t sweep_stale(const char* dir = "/dev/shm");
   // The accepting side: maps the segment the offer names and checks its size, owner and
   // nonce, then unlinks the name. An invalid Segment if any of that fails.
   static Segment open(uint64_t id, uint64_t nonce);

@@ -124,15 +124,15 @@ pid_t dead_pid() {
   return pid;
 }
 
-// Creates a file in /dev/shm as a segment's creator would; returns whether it could.
-bool make_name(const std::string& file) {
-  core::UniqueFd fd(::open(("/dev/shm/" + file).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600));
+// Creates a file in `dir` as a segment's creator would; returns whether it could.
+bool make_name(const std::string& file, const std::string& dir = "/dev/shm") {
+  core::UniqueFd fd(::open((dir + "/" + file).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600));
   return fd.valid();
 }
 
-bool file_exists(const std::string& file) {
+bool file_exists(const std::string& file, const std::string& dir = "/dev/shm") {
   struct stat st {};
-  return ::stat(("/dev/shm/" + file).c_str(), &st) == 0;
+  return ::stat((dir + "/" + file).c_str(), &st) == 0;
 }
 
 TEST(ShmSegment, SweepRemovesTheNamesOfCreatorsThatNoLongerRunAndNothingElse) {
@@ -151,16 +151,22 @@ TEST(ShmSegment, SweepRemovesTheNamesOfCreatorsThatNoLongerRunAndNothingElse) {
       "fabq-4294967295-4000000008",    // not a pid: kill() would take it for a process group
       "fabq--4000000009",              // no pid
   };
-  ASSERT_TRUE(make_name(stale));
-  for (const std::string& k : kept) ASSERT_TRUE(make_name(k)) << k;
+  // In a directory of the test's own: another process's first create() sweeps /dev/shm and
+  // would take the stale name from under this test.
+  char tmpl[] = "/tmp/fabq-sweep-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_TRUE(make_name(stale, dir));
+  for (const std::string& k : kept) ASSERT_TRUE(make_name(k, dir)) << k;
 
-  EXPECT_GE(Segment::sweep_stale(), 1u);
-  EXPECT_FALSE(file_exists(stale)) << "the creator " << dead << " has ended";
-  ::unlink(("/dev/shm/" + stale).c_str());
+  EXPECT_GE(Segment::sweep_stale(dir.c_str()), 1u);
+  EXPECT_FALSE(file_exists(stale, dir)) << "the creator " << dead << " has ended";
+  ::unlink((dir + "/" + stale).c_str());
   for (const std::string& k : kept) {
-    EXPECT_TRUE(file_exists(k)) << k;
-    ::unlink(("/dev/shm/" + k).c_str());
+    EXPECT_TRUE(file_exists(k, dir)) << k;
+    ::unlink((dir + "/" + k).c_str());
   }
+  ::rmdir(dir.c_str());
 }
 
 TEST(ShmSegment, CreateSweepsStaleNamesTheFirstTimeInAProcess) {
@@ -169,8 +175,12 @@ TEST(ShmSegment, CreateSweepsStaleNamesTheFirstTimeInAProcess) {
   ASSERT_TRUE(make_name(stale));
   const pid_t child = fork();
   if (child == 0) {
-    const Segment s = Segment::create();
-    _exit(s.valid() ? 0 : 1);
+    bool made = false;
+    {
+      const Segment s = Segment::create();  // unlinks its own name again when destroyed
+      made = s.valid();
+    }
+    _exit(made ? 0 : 1);
   }
   int status = -1;
   ASSERT_EQ(waitpid(child, &status, 0), child);
