@@ -76,16 +76,30 @@ inline Status EventQueue::claim_for_write(uint64_t* pos) {
   return OkStatus();
 }
 
-Result<size_t> EventQueue::write(uint32_t event, const void* buf, size_t len) {
-  if (len > kEqMaxEventSize || (buf == nullptr && len > 0)) return Code::kInval;
-  uint64_t pos;
-  if (Status s = claim_for_write(&pos); !s.ok()) return s;
+inline void EventQueue::fill_event(uint64_t pos, uint32_t event, const void* buf, size_t len) {
   Slot& slot = ring_.at(pos);
   slot.event = event;
   slot.len = static_cast<uint32_t>(len);
   copy_event(slot.payload, buf, len);
   ring_.publish(pos, /*tag=error*/ false);
   gate_->notify(pos + 1);
+}
+
+Result<size_t> EventQueue::write(uint32_t event, const void* buf, size_t len) {
+  if (len > kEqMaxEventSize || (buf == nullptr && len > 0)) return Code::kInval;
+  uint64_t pos;
+  if (Status s = claim_for_write(&pos); !s.ok()) return s;
+  fill_event(pos, event, buf, len);
+  return len;
+}
+
+Result<size_t> EventQueue::write_leaving(size_t keep_free, uint32_t event, const void* buf,
+                                         size_t len) {
+  if (len > kEqMaxEventSize || (buf == nullptr && len > 0)) return Code::kInval;
+  if (overrun()) return Code::kOverrun;
+  const std::optional<uint64_t> pos = ring_.claim(keep_free);
+  if (!pos) return Code::kAgain;
+  fill_event(*pos, event, buf, len);
   return len;
 }
 
@@ -120,7 +134,7 @@ const EventQueue::Slot* EventQueue::head_slot(bool* is_error) {
   }
 }
 
-size_t EventQueue::purge(const void* fid) {
+size_t EventQueue::purge(const void* fid, const Release& release) {
   std::lock_guard lock(read_lock_);
   size_t n = 0;
   for (uint64_t pos = ring_.head();; ++pos) {
@@ -131,6 +145,7 @@ size_t EventQueue::purge(const void* fid) {
     fid_t about = nullptr;
     if (is_error || slot.len >= sizeof(fid_t)) std::memcpy(&about, slot.payload, sizeof(about));
     if (about != fid) continue;
+    if (release && !is_error) release(slot.event, slot.payload, slot.len);
     slot.len = kPurged;
     ++n;
   }

@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "core/ring.h"
@@ -87,6 +88,11 @@ class EventQueue final : public WaitSetMember {
   // Producers. write() returns len; kInval if len > kEqMaxEventSize or buf is null with len > 0;
   // kOverrun when full or already overrun.
   Result<size_t> write(uint32_t event, const void* buf, size_t len);
+  // As write(), but only while more than `keep_free` slots are free; otherwise kAgain, and the
+  // queue is not overrun: for events a producer can refuse at their source instead of losing
+  // them (a connection request that the passive endpoint then refuses), so that they never
+  // take the room other events need.
+  Result<size_t> write_leaving(size_t keep_free, uint32_t event, const void* buf, size_t len);
   // kInval if err_data_size > kEqMaxErrData or err is not positive; kOverrun as write().
   Status write_error(const EqError& error);
 
@@ -101,8 +107,12 @@ class EventQueue final : public WaitSetMember {
   // Removes every stored event about `fid` (the fid of an fi_eq_entry / fi_eq_cm_entry, or of
   // an error entry): fi_cm(3) purges a closed endpoint's events. Events a producer is writing
   // concurrently are not seen; the caller makes sure nobody writes about `fid` any more.
-  // Returns how many were removed.
-  size_t purge(const void* fid);
+  // Returns how many were removed. `release`, when given, is called (under the readers' lock,
+  // so it must not read this queue) with each removed event that is not an error entry: its
+  // event number and payload, for a producer whose events own something (an FI_CONNREQ's
+  // fi_info).
+  using Release = std::function<void(uint32_t event, const void* payload, size_t len)>;
+  size_t purge(const void* fid, const Release& release = nullptr);
 
   // fi_trywait: kAgain while anything is queued (events, errors, the overrun entry); otherwise
   // quiets the fd, arms the external wake-up and returns ok: the fd stays quiet (or the
@@ -136,6 +146,7 @@ class EventQueue final : public WaitSetMember {
   // The published slot at the head, after dropping purged ones; null when none is published.
   const Slot* head_slot(bool* is_error);
   [[gnu::always_inline]] inline Status claim_for_write(uint64_t* pos);
+  void fill_event(uint64_t pos, uint32_t event, const void* buf, size_t len);
   void fill_error(const Slot& slot, fi_eq_err_entry* entry);
 
   BoundedRing<Slot> ring_;

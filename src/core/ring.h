@@ -65,17 +65,19 @@ class BoundedRing {
 
   size_t capacity() const { return capacity_; }
 
-  // Producer: reserve the next slot. Returns its position, or nullopt when the ring is full.
-  std::optional<uint64_t> claim() {
+  // Producer: reserve the next slot. Returns its position, or nullopt when the ring is full, or
+  // when claiming it would leave fewer than `keep_free` slots free (room kept for others).
+  std::optional<uint64_t> claim(size_t keep_free = 0) {
+    const uint64_t limit = keep_free >= capacity_ ? 0 : capacity_ - keep_free;
     uint64_t pos = tail_.load(std::memory_order_relaxed);
     for (;;) {
       uint64_t head = cached_head_.load(std::memory_order_acquire);
-      if (pos - head >= capacity_) {
+      if (pos - head >= limit) {
         head = head_.load(std::memory_order_acquire);
         // Racing producers may store an older head here; it is never newer than the real one,
         // so the worst case is one more reload.
         cached_head_.store(head, std::memory_order_release);
-        if (pos - head >= capacity_) {
+        if (pos - head >= limit) {
           const uint64_t now = tail_.load(std::memory_order_relaxed);
           if (now == pos) return std::nullopt;
           pos = now;  // our view of tail was stale; try again from the current one
