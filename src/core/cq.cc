@@ -206,8 +206,15 @@ Result<size_t> CompletionQueue::read_locked(void* buf, size_t count, fi_addr_t* 
 }
 
 Result<size_t> CompletionQueue::read(void* buf, size_t count, fi_addr_t* src_addr) {
-  if (count == 0 || buf == nullptr) return Code::kInval;
+  if (count > 0 && buf == nullptr) return Code::kInval;
   std::lock_guard lock(read_lock_);
+  if (count == 0) {
+    bool is_error = false;
+    if (ring_.peek(ring_.head(), &is_error) != nullptr) {
+      return is_error ? Result<size_t>(Code::kAvail) : Result<size_t>(size_t{0});
+    }
+    return overrun() && ring_.claimed() == 0 ? Code::kAvail : Code::kAgain;
+  }
   return read_locked(buf, count, src_addr, 0);
 }
 

@@ -112,7 +112,9 @@ class CompletionQueue final : public WaitSetMember {
   // Fault injection: the queue enters the overrun state (see above).
   void enter_overrun();
 
-  // Consumers. count == 0 or a null buf is kInval.
+  // Consumers. A null buf with count > 0 is kInval. count == 0 reads nothing and says what is
+  // at the head (fi_cq(3) lets an application read nothing to drive progress): 0 when a
+  // completion is ready, kAvail when an error entry (or the overrun) is, kAgain when nothing is.
   Result<size_t> read(void* buf, size_t count, fi_addr_t* src_addr);
   Result<size_t> read_error(fi_cq_err_entry* entry, uint64_t flags);
   // `threshold` is the FI_CQ_COND_THRESHOLD value (0 or 1 = any entry). kNoSys for kNone/kSet.

@@ -252,15 +252,12 @@ TEST_F(Misuse, StrerrorWithNullBufferAndNonZeroLenReturnsAString) {
 
 // --- NULL buffers / counts on the CQ ------------------------------------------------------
 
-TEST_F(Misuse, CqReadWithNullBufferOrZeroCountIsInvalid) {
+TEST_F(Misuse, CqReadWithNullBufferIsInvalid) {
   cq_ = open_cq(cq_attr());
   ASSERT_NE(cq_, nullptr);
-  EntryBuf buf{};
   fi_addr_t src[4] = {};
   EXPECT_EQ(fi_cq_read(cq_, nullptr, 4), -FI_EINVAL);
-  EXPECT_EQ(fi_cq_read(cq_, buf.data(), 0), -FI_EINVAL);
   EXPECT_EQ(fi_cq_readfrom(cq_, nullptr, 4, src), -FI_EINVAL);
-  EXPECT_EQ(fi_cq_readfrom(cq_, buf.data(), 0, src), -FI_EINVAL);
   expect_cq_usable(cq_);
 }
 

@@ -464,13 +464,24 @@ TEST(CqReadFrom, SrcAddrFollowsEntriesAcrossAnErrorEntry) {
 // ---------------------------------------------------------------------------------------------
 // Misuse.
 
-TEST(CqRead, ZeroCountIsInval) {
+// fi_cq(3) lets a read of nothing drive progress: it reads nothing and tells what waits.
+TEST(CqRead, ZeroCountReadsNothingAndSaysACompletionIsReady) {
   auto cq = make_cq(CqFormat::kContext);
   write_n(*cq, 0, 2);
   fi_cq_entry e[2];
-  EXPECT_EQ(cq->read(e, 0, nullptr).status().code(), Code::kInval);
+  Result<size_t> r = cq->read(e, 0, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value(), 0u);
+  EXPECT_EQ(cq->read(nullptr, 0, nullptr).value(), 0u);
   // Nothing was consumed.
   EXPECT_EQ(cq->pending(), 2u);
+}
+
+TEST(CqRead, ZeroCountWithAnErrorAtTheHeadIsAvail) {
+  auto cq = make_cq(CqFormat::kContext);
+  ASSERT_TRUE(cq->write_error({.completion = {.op_context = nullptr}, .err = FI_EIO}).ok());
+  EXPECT_EQ(cq->read(nullptr, 0, nullptr).status().code(), Code::kAvail);
+  EXPECT_EQ(cq->pending(), 1u);
 }
 
 TEST(CqRead, NullBufIsInval) {
@@ -484,10 +495,11 @@ TEST(CqRead, NullBufIsInval) {
   EXPECT_EQ(read_context(*cq, 2, &s).size(), 2u);
 }
 
-TEST(CqRead, ZeroCountIsInvalEvenWhenEmpty) {
+TEST(CqRead, ZeroCountOnAnEmptyQueueIsAgain) {
   auto cq = make_cq(CqFormat::kContext);
   fi_cq_entry e;
-  EXPECT_EQ(cq->read(&e, 0, nullptr).status().code(), Code::kInval);
+  EXPECT_EQ(cq->read(&e, 0, nullptr).status().code(), Code::kAgain);
+  EXPECT_EQ(cq->read(nullptr, 0, nullptr).status().code(), Code::kAgain);
   EXPECT_EQ(cq->read(nullptr, 1, nullptr).status().code(), Code::kInval);
 }
 

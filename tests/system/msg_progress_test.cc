@@ -143,6 +143,29 @@ TEST(MsgProgress, ThreadBlockedInCqSreadWakesWhenTheMessageArrives) {
   EXPECT_EQ(client.join(&s), 0);
 }
 
+// fi_cq(3): an application may read no entries at all to drive progress. A process that only
+// ever reads zero completions still receives the peer's message, and is told it waits.
+TEST(MsgProgress, ReadingZeroCompletionsDrivesProgressAndSaysOneIsReady) {
+  Peer client([](Link& link) { send_one_on_signal(link); });
+  Side s;
+  ASSERT_TRUE(s.serve(client.link()));
+  std::array<char, 64> buf{};
+  fi_context2 ctx;
+  ASSERT_EQ(s.recv(buf.data(), buf.size(), &ctx), 0);
+  EXPECT_EQ(fi_cq_read(s.rx_cq(), nullptr, 0), -FI_EAGAIN) << "nothing has come yet";
+  client.link().signal('s');
+  ssize_t rc = -FI_EAGAIN;
+  for (const auto t0 = Clock::now(); rc == -FI_EAGAIN && ms_since(t0) < kTimeoutMs;) {
+    rc = fi_cq_read(s.rx_cq(), nullptr, 0);
+  }
+  ASSERT_EQ(rc, 0) << fi_strerror(static_cast<int>(-rc));
+  fi_cq_tagged_entry entry{};
+  ASSERT_EQ(fi_cq_read(s.rx_cq(), &entry, 1), 1);
+  EXPECT_EQ(entry.op_context, &ctx);
+  client.link().signal('d');
+  EXPECT_EQ(client.join(&s), 0);
+}
+
 TEST(MsgProgress, ThreadBlockedInEqSreadWakesOnConnreq) {
   Peer client([](Link& link) {
     uint64_t port = 0;
