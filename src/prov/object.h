@@ -9,7 +9,8 @@
 //
 // Lifetimes follow fi_fabric(3) and the object model: every object knows its class, its
 // parent and its context; `refs` counts what depends on it (children and bindings);
-// fi_close() of an object whose refs are not zero returns -FI_EBUSY and changes nothing.
+// fi_close() of an object whose refs are not zero returns -FI_EBUSY and changes nothing. A
+// destroyed object's descriptor is poisoned (poison_fid), so it no longer passes from().
 //
 // Threads: refs is atomic; hold()/release() may be called from any thread.
 #pragma once
@@ -27,6 +28,12 @@ namespace fabq::prov {
 
 class Object;
 
+// Marks a descriptor whose object is being destroyed: class FI_CLASS_UNSPEC, and an fi_ops whose
+// every call returns -FI_EINVAL. Using a closed fid is the application's error, and its memory
+// may be reused at any time; but until it is, a second fi_close (or any call, since every fabq
+// entry point validates its fid's class and ops) fails with -FI_EINVAL instead of freeing twice.
+void poison_fid(fid* f);
+
 // A libfabric descriptor followed by a pointer to its owner. Standard layout, so a pointer to
 // the box and a pointer to its first member (and that member's own first member, `struct fid`)
 // are interconvertible.
@@ -42,6 +49,7 @@ class Object {
     if (parent_ != nullptr) parent_->hold();
   }
   virtual ~Object() {
+    if (fid_ != nullptr) poison_fid(fid_);
     if (parent_ != nullptr) parent_->release();
   }
   Object(const Object&) = delete;
@@ -65,14 +73,17 @@ class Object {
   }
 
  protected:
-  // Fills the descriptor's common part. `context` is the application's.
-  static void init_fid(fid* f, size_t fclass, void* context, fi_ops* ops) {
+  // Fills the descriptor's common part. `context` is the application's. The descriptor is
+  // poisoned when the object is destroyed.
+  void init_fid(fid* f, size_t fclass, void* context, fi_ops* ops) {
     f->fclass = fclass;
     f->context = context;
     f->ops = ops;
+    fid_ = f;
   }
 
  private:
+  fid* fid_ = nullptr;
   const size_t fclass_;
   Object* const parent_;
   std::atomic<int> refs_{0};
