@@ -43,9 +43,20 @@ core::CompletionError recv_error(const PostedRecv& r, int err, int prov_errno) {
           .prov_errno = prov_errno};
 }
 
-// Fills `r`'s buffers from an iov list; false when it has more entries than `limit`.
+// A buffer the application named: no bytes, or some at an address. A null address with a
+// length would be written to (or read from) only when a message moves, far from the call.
+bool valid_buffers(const iovec* iov, size_t count) {
+  if (count > 0 && iov == nullptr) return false;
+  for (size_t i = 0; i < count; ++i) {
+    if (iov[i].iov_base == nullptr && iov[i].iov_len > 0) return false;
+  }
+  return true;
+}
+
+// Fills `r`'s buffers from an iov list; false when it has more entries than `limit` or names a
+// null buffer with a length.
 bool take_iov(PostedRecv* r, const iovec* iov, size_t count, size_t limit) {
-  if (count > limit || count > kMaxIov || (count > 0 && iov == nullptr)) return false;
+  if (count > limit || count > kMaxIov || !valid_buffers(iov, count)) return false;
   r->iov_count = count;
   r->len = 0;
   for (size_t i = 0; i < count; ++i) {
@@ -588,7 +599,7 @@ Endpoint::~Endpoint() {
       for (PostedRecv& r : srx_->queue_.drop_from(this)) {
         if (cq != nullptr) cq->queue().cancel_reservation(1);  // it took its slot here
         r.owner = nullptr;
-        srx_->queue_.post_front(r);
+        give_back_locked(srx_->queue_, /*shared=*/true, r);
       }
     }
     srx_->release();
@@ -794,6 +805,10 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
         } else {
           u->taker = r;  // completes when the rest of it arrives
         }
+      } else if (ended_) {
+        // MSG: the connection is over and nothing more will come (connection_ended()).
+        if (cq != nullptr) cq_events = cq->complete_error(recv_error(r, FI_ECANCELED, 0));
+        if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
       } else {
         queue_.post(r);
         resume = !stalled_.empty();
@@ -1012,11 +1027,55 @@ void Endpoint::unplace(Placement* p) {
     if (Cq* cq = rx_cq(); cq != nullptr) cq->queue().cancel_reservation(1);
     back->owner = nullptr;
   }
-  queue_locked().post_front(*back);
+  give_back_locked(queue_locked(), srx_ != nullptr, *back);
   // A connection that stalled for want of a receive may take this one. Resuming only schedules
   // it (the engine's scheduling lock, innermost), so it is done here, under the locks.
   for (Connection* c : stalled_) c->resume();
   stalled_.clear();
+}
+
+void Endpoint::give_back_locked(RecvQueue& q, bool shared, PostedRecv r) {
+  Unexpected* u = q.find_unexpected(r.tagged, r.tag, r.ignore);
+  Endpoint* const from = u != nullptr ? u->from : nullptr;
+  Cq* const cq = from != nullptr ? from->rx_cq() : nullptr;
+  // A shared receive takes its slot on the CQ of the endpoint the message came through. With no
+  // room there it waits at the head, and the next post or arrival matches it.
+  if (u == nullptr || (shared && cq != nullptr && !cq->queue().reserve(1).ok())) {
+    q.post_front(r);
+    return;
+  }
+  r.owner = from;
+  if (!u->complete) {
+    u->taker = r;  // completes when the rest of it arrives
+    return;
+  }
+  std::vector<uint32_t> events;
+  from->deliver_unexpected(r, *u, &events);
+  // Its connection is not this caller's: it sends the acknowledgement at its next progress
+  // (this caller may hold another connection's lock).
+  if (u->in.ack == AckWanted::kDelivered && u->in.via != nullptr) {
+    u->in.via->ack_delivered_later(u->in.seq);
+  }
+  q.remove(u);
+  raise_later(from->domain_, cq, events);
+}
+
+void Endpoint::connection_ended() {
+  std::vector<uint32_t> events;
+  Cq* cq = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (rdm_ || std::exchange(ended_, true) || srx_ != nullptr) return;
+    cq = rx_cq();
+    for (const PostedRecv& r : queue_.take_all()) {
+      if (cq != nullptr) {
+        auto more = cq->complete_error(recv_error(r, FI_ECANCELED, 0));
+        events.insert(events.end(), more.begin(), more.end());
+      }
+      if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
+    }
+  }
+  raise_later(domain_, cq, events);
 }
 
 // --- sending
@@ -1024,7 +1083,7 @@ void Endpoint::unplace(Placement* p) {
 ssize_t Endpoint::post_send(const iovec* iov, size_t count, fi_addr_t dest, void* context,
                             uint64_t flags, bool tagged, uint64_t tag, bool has_data, uint64_t data,
                             bool inject_call) {
-  if (count > kMaxIov || (count > 0 && iov == nullptr)) return -FI_EINVAL;
+  if (count > kMaxIov || !valid_buffers(iov, count)) return -FI_EINVAL;
   size_t len = 0;
   for (size_t i = 0; i < count; ++i) len += iov[i].iov_len;
   if (len > max_msg_size_) return -FI_EMSGSIZE;

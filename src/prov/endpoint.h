@@ -86,9 +86,14 @@ class Endpoint final : public Object, public AsyncTarget {
   bool place(const Incoming& in, Placement* p);
   // `in`'s payload has arrived whole. True: send the delivery acknowledgement now.
   bool placed(const Incoming& in, Placement* p);
-  // The connection ended inside the message `p` was placing: its receive goes back to the
-  // head of the queue (a buffered part is dropped), as if the message had never come.
+  // The connection ended inside the message `p` was placing: its receive goes back (a buffered
+  // part is dropped), as if the message had never come: to the oldest message buffered
+  // meanwhile that it matches, else to the head of the queue.
   void unplace(Placement* p);
+  // MSG: the connection is over (the peer closed it, or it never came up), so nothing more can
+  // arrive: the posted receives complete in error with FI_ECANCELED, and so does every receive
+  // posted from now on that no buffered message matches. Shared receives stay with their SRX.
+  void connection_ended();
   // A send is written whole to the kernel / acknowledged by the peer. tx_acked() is false for a
   // sequence number that names no send awaiting that acknowledgement (a protocol violation).
   void tx_written(TxOp* op);
@@ -139,6 +144,11 @@ class Endpoint final : public Object, public AsyncTarget {
   fi_addr_t source_of(const Incoming& in) const;
   // Copies a buffered message into `r` and completes it.
   void deliver_unexpected(const PostedRecv& r, const Unexpected& u, std::vector<uint32_t>* events);
+  // A receive given back (its message broke off, or the endpoint whose message it waited for
+  // closed) goes where one posted now would: to the oldest buffered message of `q` it matches,
+  // else to the head of `q` (its old place). Under the lock of q's owner (an endpoint, and the
+  // SRX's when `shared`: q is an SRX's, whose receives take a CQ slot when a message picks them).
+  static void give_back_locked(RecvQueue& q, bool shared, PostedRecv r);
   void finish_send(uint32_t index, int err, std::vector<uint32_t>* events);
   Connection* connection();
 
@@ -156,6 +166,7 @@ class Endpoint final : public Object, public AsyncTarget {
   std::mutex mu_;
   bool enabled_ = false;
   bool failed_ = false;
+  bool ended_ = false;    // MSG: connection_ended()
   bool closing_ = false;  // the destructor runs: nothing more is placed
   bool tx_selective_ = false;
   bool rx_selective_ = false;

@@ -152,16 +152,24 @@ struct Registry::Impl {
 
 Registry::Registry() : impl_(std::make_unique<Impl>()) {}
 
-// Runs when the provider is unloaded. Every domain should be closed by then, and the threads
-// gone with the last one. If the application left one open, its threads keep running until
-// the process ends: they are not joined from an exit handler, and what they use stays.
-Registry::~Registry() {
-  if (impl_->monitor || impl_->timers) (void)impl_.release();
+// Never destroyed: a static's destructor runs at exit before libfabric's fi_fini, while the
+// monitor's thread may still be looking domains up; shutdown() stops the threads instead.
+Registry& Registry::get() {
+  static Registry* r = new Registry;
+  return *r;
 }
 
-Registry& Registry::get() {
-  static Registry r;
-  return r;
+void Registry::shutdown() {
+  std::unique_ptr<LinkMonitor> monitor;
+  std::unique_ptr<Timers> timers;
+  {
+    std::lock_guard lock(impl_->mu);
+    monitor = std::move(impl_->monitor);
+    timers = std::move(impl_->timers);
+  }
+  // Their threads may be waiting for the registry's lock: stop them after releasing it.
+  monitor.reset();
+  timers.reset();
 }
 
 void Registry::attach(Domain* d) {
@@ -198,7 +206,7 @@ core::Status Registry::close_domain(Domain* d) {
       if (it != impl_->devices.end()) {
         std::erase(it->second.domains, d);
         if (it->second.domains.empty()) {
-          impl_->monitor->unwatch(d->name());
+          if (impl_->monitor) impl_->monitor->unwatch(d->name());
           impl_->devices.erase(it);
         }
       }

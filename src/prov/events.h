@@ -124,11 +124,16 @@ class Registry {
   // The same, now, on the calling thread (which must hold no domain, endpoint or SRX lock).
   void fire(uint64_t domain_id, uint64_t target_serial,
             const std::shared_ptr<const core::FaultRule>& rule);
+  // The provider is being unloaded (fi_provider::cleanup): stops and joins the link monitor's
+  // and the fault timers' threads, whatever is still open, since their code is about to be
+  // unmapped. Domains left open report no more port events or timed faults. Any thread that
+  // holds none of fabq's locks.
+  void shutdown();
 
  private:
   struct Impl;
   Registry();
-  ~Registry();
+  ~Registry() = delete;  // lives until the process ends: threads may still look it up at exit
   std::unique_ptr<Impl> impl_;
 };
 

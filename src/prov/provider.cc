@@ -2,8 +2,10 @@
 
 #include <algorithm>
 
+#include "prov/events.h"
 #include "prov/fabric.h"
 #include "prov/getinfo.h"
+#include "prov/transport.h"
 
 namespace fabq::prov {
 namespace {
@@ -23,7 +25,12 @@ void define_and_read(const char* name, size_t* value, const char* help, bool all
   }
 }
 
-void cleanup() {}
+// libfabric calls this before it unloads the provider (fi_fini, at exit): no thread fabq started
+// may run its code after that, whatever the application left open.
+void cleanup() {
+  stop_transport_threads();
+  Registry::get().shutdown();
+}
 
 }  // namespace
 
@@ -80,6 +87,11 @@ extern "C" FI_EXT_INI {
                   "1: a connection between two endpoints of one host moves its frames through "
                   "shared memory, the socket only waking and closing it; 0: always the socket",
                   /*allow_zero=*/true);
+  define_and_read("cm_backlog", &g_params.cm_backlog,
+                  "Connections a passive endpoint or RDM endpoint holds at once between their "
+                  "arrival and the end of their handshake (for a passive endpoint: until "
+                  "fi_accept or fi_reject); one more is closed at once, which its peer sees as a "
+                  "refusal");
   // Read at every fi_domain (so that it can differ between domains); defined here so that
   // `fi_info -e` lists it. Grammar: include/fabq/fi_fabq.h, docs/fi_fabq.7.md.
   fi_param_define(&fabq::prov::g_provider, "faults", FI_PARAM_STRING,

@@ -132,6 +132,9 @@ class Connection {
   virtual int submit(TxOp* op) = 0;
   // The endpoint placed a message it had buffered: send the delivery acknowledgement.
   virtual void ack_delivered(uint32_t seq) = 0;
+  // The same from a caller that may hold another connection's lock: the acknowledgement is
+  // queued and sent at this connection's next progress round.
+  virtual void ack_delivered_later(uint32_t seq) = 0;
   // Receives were posted or buffered messages consumed: a stalled connection may go on.
   virtual void resume() = 0;
   virtual int getname(void* addr, size_t* len) = 0;
@@ -173,6 +176,10 @@ Transport* make_transport(Fabric* fabric);
 Connection* make_connection(Endpoint* ep, fid_t handle, int* err);
 // fi_passive_ep.
 int open_passive_ep(fid_fabric* fabric, fi_info* info, fid_pep** pep, void* context);
+// The provider is being unloaded: stops and joins every progress thread of every fabric, open
+// or not (their code is about to be unmapped). Fabrics left open make no more progress of their
+// own.
+void stop_transport_threads();
 // An RDM endpoint's listener at `addr` (port 0: one the kernel picks). Null with *err set
 // (-FI_EADDRINUSE, -FI_EINVAL, -FI_EIO) on failure.
 Listener* open_listener(Endpoint* ep, const sockaddr_in& addr, int* err);

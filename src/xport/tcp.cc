@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 
 #include "core/deadline.h"
 #include "prov/domain.h"
@@ -117,6 +118,17 @@ int fi_errno_of(int e) {
   }
 }
 
+// Every engine of the process, so that the provider's unload can stop their threads. Never
+// destroyed: it is used at exit.
+struct Engines {
+  std::mutex mu;
+  std::vector<Engine*> all;
+};
+Engines& engines() {
+  static auto* e = new Engines;
+  return *e;
+}
+
 }  // namespace
 
 // --- Engine
@@ -127,12 +139,36 @@ Engine::Engine()
   scheduled_.reserve(kScheduleRoom);
   running_.reserve(kScheduleRoom);
   deadlines_.reserve(kScheduleRoom);
+  std::lock_guard lock(engines().mu);
+  engines().all.push_back(this);
 }
 
 Engine::~Engine() {
-  stop_.store(true, std::memory_order_release);
+  {
+    std::lock_guard lock(engines().mu);
+    std::erase(engines().all, this);
+  }
+  stop_thread();
+}
+
+void Engine::start_thread() {
+  std::lock_guard lock(thread_mu_);
+  if (thread_started_.load(std::memory_order_relaxed) || stop_.load(std::memory_order_acquire)) {
+    return;
+  }
+  thread_ = std::thread([this] { thread_main(); });
+  thread_started_.store(true, std::memory_order_release);
+}
+
+void Engine::stop_thread() {
+  std::thread t;
+  {
+    std::lock_guard lock(thread_mu_);
+    stop_.store(true, std::memory_order_release);
+    t = std::move(thread_);
+  }
   kick();
-  if (thread_.joinable()) thread_.join();
+  if (t.joinable()) t.join();
 }
 
 bool Engine::add(int fd, Pollable* p, uint32_t events) {
@@ -297,7 +333,7 @@ void Engine::run_locked() {
 }
 
 void Engine::begin_wait() {
-  std::call_once(thread_once_, [this] { thread_ = std::thread([this] { thread_main(); }); });
+  if (!thread_started_.load(std::memory_order_acquire)) start_thread();
   if (waiters_.fetch_add(1, std::memory_order_acq_rel) == 0) kick();
 }
 
@@ -391,6 +427,8 @@ void Conn::close_socket_locked() {
     shm_tx_blocked_.store(false, std::memory_order_relaxed);
   }
   seg_.unlink();  // a handshake cut short: the name must not outlive it
+  // Ended before it was handed over: its acceptor frees it (at the end of this round).
+  if (owner_ != nullptr) owner_->reap(this);
 }
 
 void Conn::want_write_locked(bool on) {
@@ -526,13 +564,15 @@ void Conn::refused_locked(int err, const void* data, size_t len) {
     ep_->abort_sends(this, err);
   } else {
     ep_->cm_error(err, data, len);
+    ep_->connection_ended();
   }
 }
 
-void Conn::start_accepted(PassiveEp* pep) {
+void Conn::start_accepted(Acceptor* owner, bool passive) {
   std::lock_guard lock(mu_);
-  pep_ = pep;
-  inbound_ = pep == nullptr;
+  owner_ = owner;
+  pep_ = passive ? static_cast<PassiveEp*>(owner) : nullptr;
+  inbound_ = !passive;
   set_socket_options(fd_.get());
   socklen_t len = sizeof(peer_);
   getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&peer_), &len);
@@ -541,8 +581,15 @@ void Conn::start_accepted(PassiveEp* pep) {
   engine_->set_deadline(this, connect_deadline());
 }
 
+bool Conn::in_handshake() const {
+  const State s = state();
+  return s == State::kIncoming || s == State::kPending || s == State::kAccepted;
+}
+
 bool Conn::adopt(prov::Endpoint* ep) {
   std::lock_guard lock(mu_);
+  owner_ = nullptr;  // handed over: the endpoint owns it now
+  pep_ = nullptr;
   if (state() != State::kPending || ep_ != nullptr) return false;
   ep_ = ep;
   framer_ = wire::Framer(ep->max_msg_size());
@@ -566,6 +613,12 @@ int Conn::accept(const void* data, size_t len) {
 
 int Conn::reject(const void* data, size_t len) {
   std::lock_guard lock(mu_);
+  owner_ = nullptr;  // handed over to fi_reject, which frees it
+  pep_ = nullptr;
+  return reject_locked(data, len);
+}
+
+int Conn::reject_locked(const void* data, size_t len) {
   if (state() != State::kPending) return -FI_EOPBADSTATE;
   queue_ctrl_locked(wire::Op::kConnReject, 0, data, len);
   flush_locked();
@@ -627,6 +680,15 @@ void Conn::ack_delivered(uint32_t seq) {
   if (state() != State::kConnected) return;
   queue_ctrl_locked(wire::Op::kAckDelivered, seq, nullptr, 0);
   flush_locked();
+}
+
+void Conn::ack_delivered_later(uint32_t seq) {
+  {
+    std::lock_guard lock(owed_mu_);
+    owed_acks_.push_back(seq);
+    acks_owed_.store(true, std::memory_order_release);
+  }
+  engine_->schedule(this);
 }
 
 void Conn::resume() {
@@ -798,6 +860,18 @@ void Conn::on_ready(uint32_t events) {
   std::lock_guard lock(mu_);
   const State s = state();
   if (s == State::kClosed || !fd_.valid()) return;
+  if (acks_owed_.load(std::memory_order_acquire)) {
+    std::vector<uint32_t> owed;
+    {
+      std::lock_guard olock(owed_mu_);
+      owed.swap(owed_acks_);
+      acks_owed_.store(false, std::memory_order_relaxed);
+    }
+    if (s == State::kConnected) {
+      for (uint32_t seq : owed) queue_ctrl_locked(wire::Op::kAckDelivered, seq, nullptr, 0);
+      if (!flush_locked()) return;
+    }
+  }
   if (s == State::kConnecting) {
     int err = 0;
     socklen_t len = sizeof(err);
@@ -1045,7 +1119,9 @@ bool Conn::frame_done_locked() {
       set_state(State::kPending);
       engine_->set_deadline(this, 0);
       update_interest_locked();
-      if (pep_ != nullptr) pep_->request(this, cm_buf_, h.length);
+      // A request the passive endpoint cannot queue is refused at once: the peer is told, and
+      // nothing of it stays behind.
+      if (pep_ == nullptr || !pep_->request(this, cm_buf_, h.length)) reject_locked(nullptr, 0);
       return false;
     case wire::Op::kConnAccept:
       if ((h.flags & wire::kShmAccept) != 0) {
@@ -1256,21 +1332,24 @@ void Conn::peer_closed_locked() {
   }
   send_count_ = 0;
   mid_frame_ = false;
-  if (was_reported || s == State::kConnected) return;
-  switch (s) {
-    case State::kIncoming:
-    case State::kPending:
-      break;  // the passive endpoint frees it (PassiveEp::on_ready)
-    case State::kConnecting:
-    case State::kRequested:
-      ep_->cm_error(FI_ECONNREFUSED, nullptr, 0);
-      break;
-    case State::kAccepted:
-      ep_->cm_error(FI_ECONNABORTED, nullptr, 0);
-      break;
-    default:
-      break;
+  if (!was_reported && s != State::kConnected) {
+    switch (s) {
+      case State::kIncoming:
+      case State::kPending:
+        break;  // its acceptor frees it (close_socket_locked)
+      case State::kConnecting:
+      case State::kRequested:
+        ep_->cm_error(FI_ECONNREFUSED, nullptr, 0);
+        break;
+      case State::kAccepted:
+        ep_->cm_error(FI_ECONNABORTED, nullptr, 0);
+        break;
+      default:
+        break;
+    }
   }
+  // Nothing more can arrive: the posted receives end too, after FI_SHUTDOWN or the error.
+  if (ep_ != nullptr) ep_->connection_ended();
 }
 
 void Conn::fail_locked(int err, uint32_t event, const char* why) {
@@ -1285,16 +1364,17 @@ void Conn::fail_locked(int err, uint32_t event, const char* why) {
   }
   send_count_ = 0;
   mid_frame_ = false;
-  if (reported_) return;
-  reported_ = true;
-  if (ep_ == nullptr) return;  // not reported yet: the passive endpoint frees it
-  if (s == State::kConnected) {
-    ep_->abort_sends(this, err == FI_EREMOTEIO ? FI_EIO : err);
+  const bool was_reported = std::exchange(reported_, true);
+  if (ep_ == nullptr) return;  // not reported yet: its acceptor frees it
+  if (s == State::kConnected) ep_->abort_sends(this, err == FI_EREMOTEIO ? FI_EIO : err);
+  if (!was_reported && s == State::kConnected) {
     // The event writes the EQ error entry and fails the posted receives.
     prov::raise_later(ep_->domain(), ep_, event);
-  } else {
-    ep_->cm_error(err, nullptr, 0);
+    return;
   }
+  if (!was_reported) ep_->cm_error(err, nullptr, 0);
+  // Already shut down, or never connected: the receives end as with the peer's close.
+  ep_->connection_ended();
 }
 
 // --- PassiveEp
@@ -1369,16 +1449,6 @@ struct PepOps {
       .shutdown = prov::enosys<fid_ep*, uint64_t>,
       .join = prov::enosys<fid_ep*, const void*, uint64_t, fid_mc**, void*>,
   };
-  // The fid of a CONNREQ's handle: recognised by these ops.
-  static inline fi_ops handle_ops_ = {
-      .size = sizeof(fi_ops),
-      .close = prov::enosys<fid*>,
-      .bind = prov::no_bind,
-      .control = prov::no_control,
-      .ops_open = prov::no_ops_open,
-      .tostr = prov::no_tostr,
-      .ops_set = prov::no_ops_set,
-  };
 };
 
 PassiveEp* PassiveEp::from_fid(const fid* f) {
@@ -1391,8 +1461,252 @@ PassiveEp* PassiveEp::from_fid(const fid* f) {
   return reinterpret_cast<const Box*>(f)->owner;
 }
 
+// --- ConnReq
+
+// A connection request as an FI_CONNREQ's info->handle names it.
+//
+// The application may hand that info to fi_endpoint or fi_reject at any time: also after the
+// request was used, refused, or its passive endpoint closed; and fi_endpoint reads the handle's
+// fclass to tell a request from a passive endpoint. So a request's memory is never freed: a
+// finished one is reused for a new request only once kReuseAfter others have finished after it,
+// and what a handle names is decided under the pool's lock from the request's state, never from
+// memory the application may have given back. (An info kept past kReuseAfter newer requests
+// names a newer request of a passive endpoint: a misuse, but never a read of freed memory.)
+struct ConnReq {
+  enum class State : uint8_t { kPending, kTaken, kAborted };
+
+  fid fid_{};  // first: info->handle points here
+  State state = State::kAborted;
+  Engine* engine = nullptr;
+  PassiveEp* pep = nullptr;
+  Conn* conn = nullptr;
+  const fi_info* info = nullptr;  // the FI_CONNREQ's, which the application owns once read
+
+  // The request `handle` names, or null if it is not one.
+  static ConnReq* of(fid_t handle);
+  // A pending request of `pep` for `conn`, reported with `info`.
+  static ConnReq* open(Engine* engine, PassiveEp* pep, Conn* conn, const fi_info* info);
+  // Takes a pending request of `engine` (and of `only`, if not null) for fi_endpoint or
+  // fi_reject: 0 and *pep, *conn; -FI_EINVAL if it was taken already or belongs to another
+  // fabric or passive endpoint; -FI_ECONNABORTED if its passive endpoint ended it.
+  static int claim(ConnReq* req, const Engine* engine, const PassiveEp* only, PassiveEp** pep,
+                   Conn** conn);
+  // Its passive endpoint closes, or could not queue it: it ends; returns the info it had.
+  static const fi_info* abort(ConnReq* req);
+
+ private:
+  void finish_locked(State why);
+};
+
+namespace {
+
+inline constexpr size_t kReuseAfter = 256;
+
+struct ConnReqPool {
+  std::mutex mu;
+  std::deque<ConnReq*> finished;  // oldest first
+};
+
+// Never destroyed: handles stay readable until the process ends.
+ConnReqPool& conn_req_pool() {
+  static auto* pool = new ConnReqPool;
+  return *pool;
+}
+
+fi_ops g_conn_req_ops = {
+    .size = sizeof(fi_ops),
+    .close = prov::enosys<fid*>,
+    .bind = prov::no_bind,
+    .control = prov::no_control,
+    .ops_open = prov::no_ops_open,
+    .tostr = prov::no_tostr,
+    .ops_set = prov::no_ops_set,
+};
+
+}  // namespace
+
+ConnReq* ConnReq::of(fid_t handle) {
+  if (handle == nullptr || handle->fclass != FI_CLASS_CONNREQ || handle->ops != &g_conn_req_ops) {
+    return nullptr;
+  }
+  return reinterpret_cast<ConnReq*>(handle);  // fid_ is the first member
+}
+
+ConnReq* ConnReq::open(Engine* engine, PassiveEp* pep, Conn* conn, const fi_info* info) {
+  ConnReqPool& pool = conn_req_pool();
+  std::lock_guard lock(pool.mu);
+  ConnReq* req = nullptr;
+  if (pool.finished.size() > kReuseAfter) {
+    req = pool.finished.front();
+    pool.finished.pop_front();
+  } else {
+    req = new ConnReq;
+    req->fid_.fclass = FI_CLASS_CONNREQ;
+    req->fid_.ops = &g_conn_req_ops;
+  }
+  req->state = State::kPending;
+  req->engine = engine;
+  req->pep = pep;
+  req->conn = conn;
+  req->info = info;
+  return req;
+}
+
+void ConnReq::finish_locked(State why) {
+  state = why;
+  pep = nullptr;
+  conn = nullptr;
+  info = nullptr;
+  conn_req_pool().finished.push_back(this);
+}
+
+int ConnReq::claim(ConnReq* req, const Engine* engine, const PassiveEp* only, PassiveEp** pep,
+                   Conn** conn) {
+  std::lock_guard lock(conn_req_pool().mu);
+  if (req->state == State::kAborted) return -FI_ECONNABORTED;
+  if (req->state != State::kPending || req->engine != engine ||
+      (only != nullptr && req->pep != only)) {
+    return -FI_EINVAL;
+  }
+  *pep = req->pep;
+  *conn = req->conn;
+  req->finish_locked(State::kTaken);
+  return 0;
+}
+
+const fi_info* ConnReq::abort(ConnReq* req) {
+  std::lock_guard lock(conn_req_pool().mu);
+  const fi_info* info = req->info;
+  if (req->state == State::kPending) req->finish_locked(State::kAborted);
+  return info;
+}
+
+// --- Acceptor
+
+namespace {
+
+constexpr int64_t kAcceptBackoffNs = 100'000'000;
+
+// accept4() failures that say nothing about the listening socket: Linux passes a pending
+// network error of the new connection up through accept (accept(2)), and the next one may be
+// fine.
+bool accept_retryable(int e) {
+  switch (e) {
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+    case ENETDOWN:
+    case ENOPROTOOPT:
+    case EHOSTDOWN:
+    case ENONET:
+    case EHOSTUNREACH:
+    case EOPNOTSUPP:
+    case ENETUNREACH:
+    case EPERM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+int Acceptor::listen_at(const sockaddr_in& at, sockaddr_in* bound) {
+  core::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return errno == EMFILE || errno == ENFILE ? -FI_EMFILE : -FI_EIO;
+  const int one = 1;
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a = at;
+  a.sin_family = AF_INET;
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0) {
+    return errno == EADDRINUSE ? -FI_EADDRINUSE : -FI_EINVAL;
+  }
+  if (::listen(fd.get(), SOMAXCONN) != 0) return -FI_EIO;
+  socklen_t len = sizeof(*bound);
+  getsockname(fd.get(), reinterpret_cast<sockaddr*>(bound), &len);
+  std::lock_guard elock(engine_->mu());
+  if (!engine_->add(fd.get(), this, EPOLLIN)) return -FI_EIO;
+  fd_ = std::move(fd);
+  return 0;
+}
+
+void Acceptor::close_locked() {
+  if (fd_.valid()) engine_->remove(fd_.get(), this);  // also forgets a back-off deadline
+  std::lock_guard lock(mu_);
+  conns_.clear();
+}
+
+void Acceptor::on_ready(uint32_t) {
+  size_t busy = 0;
+  {
+    std::lock_guard lock(mu_);
+    sweep_locked();
+    for (const auto& c : conns_) busy += c->in_handshake();
+  }
+  const size_t backlog = prov::params().cm_backlog;
+  for (;;) {
+    core::UniqueFd fd(accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd.valid()) {
+      const int e = errno;
+      if (accept_retryable(e)) continue;
+      if (e == EAGAIN || e == EWOULDBLOCK) return;
+      // Out of descriptors or memory (or worse): the socket stays readable, so waiting on it
+      // now would spin. Listen again after a pause; what is connected keeps being served.
+      if (!std::exchange(warned_, true)) {
+        FABQ_WARN(FI_LOG_EP_CTRL, "accepting connections failed (%s); retrying every %lld ms\n",
+                  strerror(e), static_cast<long long>(kAcceptBackoffNs / 1'000'000));
+      }
+      engine_->remove_fd(fd_.get());
+      backing_off_ = true;
+      engine_->set_deadline(this, now_ns() + kAcceptBackoffNs);
+      return;
+    }
+    if (busy >= backlog) continue;  // closed at once: the peer sees a refusal
+    ++busy;
+    std::unique_ptr<Conn> conn = make_conn(std::move(fd));
+    Conn* c = conn.get();
+    {
+      std::lock_guard lock(mu_);
+      conns_.push_back(std::move(conn));
+    }
+    start(c);
+  }
+}
+
+void Acceptor::on_deadline() {
+  if (!std::exchange(backing_off_, false) || !fd_.valid()) return;
+  if (!engine_->add(fd_.get(), this, EPOLLIN)) {
+    backing_off_ = true;
+    engine_->set_deadline(this, now_ns() + kAcceptBackoffNs);
+    return;
+  }
+  on_ready(EPOLLIN);
+}
+
+void Acceptor::reap(Conn* c) {
+  std::lock_guard lock(mu_);
+  auto it = std::find_if(conns_.begin(), conns_.end(), [c](const auto& p) { return p.get() == c; });
+  if (it == conns_.end() || !may_free_locked(c)) return;
+  engine_->retire(std::move(*it));
+  conns_.erase(it);
+}
+
+// Through the engine: a readiness report of the round in progress may still name one.
+void Acceptor::sweep_locked() {
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    if ((*it)->closed() && may_free_locked(it->get())) {
+      engine_->retire(std::move(*it));
+      it = conns_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// --- PassiveEp
+
 PassiveEp::PassiveEp(prov::Fabric* fabric, Engine* engine, const fi_info& info, void* context)
-    : fabric_(fabric), engine_(engine), info_(fi_dupinfo(&info)) {
+    : Acceptor(engine), fabric_(fabric), info_(fi_dupinfo(&info)) {
   fabric_->hold();
   box_.pep.fid.fclass = FI_CLASS_PEP;
   box_.pep.fid.context = context;
@@ -1408,20 +1722,55 @@ PassiveEp::PassiveEp(prov::Fabric* fabric, Engine* engine, const fi_info& info, 
 
 PassiveEp::~PassiveEp() {
   {
+    // Under the engine lock, which make_connection() and reject() hold while they take a
+    // request: each request is taken before this, or ended here.
     std::lock_guard elock(engine_->mu());
-    if (fd_.valid()) engine_->remove(fd_.get(), this);
-    incoming_.clear();
+    std::vector<const fi_info*> unread;
+    {
+      std::lock_guard lock(mu_);
+      if (eq_ != nullptr) {
+        // fi_cm(3): a closed endpoint's events are purged. An unread FI_CONNREQ owns its info.
+        eq_->queue().purge(&box_.pep.fid, [&](uint32_t event, const void* payload, size_t len) {
+          if (event != FI_CONNREQ || len < sizeof(fi_eq_cm_entry)) return;
+          fi_eq_cm_entry e;
+          std::memcpy(&e, payload, sizeof(e));
+          unread.push_back(e.info);
+        });
+      }
+      for (const auto& c : conns_) {
+        if (c->req_ == nullptr) continue;
+        // Only an info this endpoint reported is freed (an application may write FI_CONNREQ
+        // events of its own into the EQ).
+        const fi_info* info = ConnReq::abort(c->req_);
+        if (std::find(unread.begin(), unread.end(), info) != unread.end()) {
+          fi_freeinfo(const_cast<fi_info*>(info));
+        }
+      }
+    }
+    // Its peers see the connection close: a refusal.
+    close_locked();
   }
-  if (eq_ != nullptr) {
-    eq_->queue().purge(&box_.pep.fid);
-    eq_->release();
-  }
+  if (eq_ != nullptr) eq_->release();
   fi_freeinfo(info_);
   fabric_->release();
+  prov::poison_fid(&box_.pep.fid);
 }
 
 fid_pep* PassiveEp::handle() {
   return &box_.pep;
+}
+
+std::unique_ptr<Conn> PassiveEp::make_conn(core::UniqueFd fd) {
+  return std::make_unique<Conn>(engine_, nullptr, std::move(fd), wire::kMaxCmData);
+}
+
+void PassiveEp::start(Conn* c) {
+  c->start_accepted(this, /*passive=*/true);
+}
+
+// One whose request was reported stays until the application takes or refuses it.
+bool PassiveEp::may_free_locked(Conn* c) {
+  return c->req_ == nullptr;
 }
 
 int PassiveEp::bind(fid* bfid, uint64_t flags) {
@@ -1436,22 +1785,22 @@ int PassiveEp::bind(fid* bfid, uint64_t flags) {
 }
 
 int PassiveEp::listen() {
-  std::lock_guard lock(mu_);
-  if (listening_) return -FI_EOPBADSTATE;
-  if (eq_ == nullptr) return -FI_ENOEQ;
-  core::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return -FI_EIO;
-  const int one = 1;
-  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr_), sizeof(addr_)) != 0) {
-    return errno == EADDRINUSE ? -FI_EADDRINUSE : -FI_EINVAL;
+  sockaddr_in at{};
+  {
+    std::lock_guard lock(mu_);
+    if (listening_) return -FI_EOPBADSTATE;
+    if (eq_ == nullptr) return -FI_ENOEQ;
+    at = addr_;
+    listening_ = true;  // one listen at a time
   }
-  if (::listen(fd.get(), SOMAXCONN) != 0) return -FI_EIO;
-  socklen_t len = sizeof(addr_);
-  getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr_), &len);
-  fd_ = std::move(fd);
-  if (!engine_->add(fd_.get(), this, EPOLLIN)) return -FI_EIO;
-  listening_ = true;
+  sockaddr_in bound{};
+  const int rc = listen_at(at, &bound);
+  std::lock_guard lock(mu_);
+  if (rc != 0) {
+    listening_ = false;
+    return rc;
+  }
+  addr_ = bound;
   return 0;
 }
 
@@ -1471,53 +1820,13 @@ int PassiveEp::setname(const void* addr, size_t len) {
   return 0;
 }
 
-void PassiveEp::on_ready(uint32_t) {
-  int listen_fd = -1;
-  {
-    // Connections that ended before they were reported leave now (through the engine, which
-    // frees them once no readiness report of this round can name them).
-    std::lock_guard lock(mu_);
-    listen_fd = fd_.get();
-    for (auto it = incoming_.begin(); it != incoming_.end();) {
-      const bool reported = std::any_of(handles_.begin(), handles_.end(),
-                                        [c = it->get()](const auto& h) { return h->conn == c; });
-      if (!reported && (*it)->closed()) {
-        engine_->retire(std::move(*it));
-        it = incoming_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (;;) {
-    sockaddr_in peer{};
-    socklen_t len = sizeof(peer);
-    core::UniqueFd fd(
-        accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!fd.valid()) return;
-    auto conn = std::make_unique<Conn>(engine_, nullptr, std::move(fd), wire::kMaxCmData);
-    Conn* c = conn.get();
-    {
-      std::lock_guard lock(mu_);
-      incoming_.push_back(std::move(conn));
-    }
-    c->start_accepted(this);
-  }
-}
-
-void PassiveEp::request(Conn* conn, const void* data, size_t len) {
+bool PassiveEp::request(Conn* conn, const void* data, size_t len) {
   std::lock_guard lock(mu_);
+  if (eq_ == nullptr) return false;
   fi_info* info = fi_dupinfo(info_);
-  auto h = std::make_unique<ConnReqHandle>();
-  if (info == nullptr || eq_ == nullptr) {
-    fi_freeinfo(info);
-    return;
-  }
-  h->fid_.fclass = FI_CLASS_CONNREQ;
-  h->fid_.context = nullptr;
-  h->fid_.ops = &PepOps::handle_ops_;
-  h->conn = conn;
-  info->handle = &h->fid_;
+  if (info == nullptr) return false;
+  ConnReq* req = ConnReq::open(engine_, this, conn, info);
+  info->handle = &req->fid_;
   std::free(info->dest_addr);
   info->dest_addr = std::malloc(sizeof(sockaddr_in));
   if (info->dest_addr != nullptr) {
@@ -1533,61 +1842,56 @@ void PassiveEp::request(Conn* conn, const void* data, size_t len) {
   std::memcpy(buf, &entry, sizeof(entry));
   len = std::min(len, wire::kMaxCmData);
   if (len > 0) std::memcpy(buf + sizeof(entry), data, len);
-  if (!eq_->queue().write(FI_CONNREQ, buf, sizeof(entry) + len).ok()) {
+  // Requests may fill half of the EQ, never more: the other half stays for the events of the
+  // connections already made (FI_CONNECTED, FI_SHUTDOWN, errors), which are never dropped. A
+  // request that finds no room is refused, so a flood of them cannot overrun the EQ.
+  core::EventQueue& q = eq_->queue();
+  if (!q.write_leaving(q.capacity() / 2, FI_CONNREQ, buf, sizeof(entry) + len).ok()) {
+    ConnReq::abort(req);
     fi_freeinfo(info);
-    return;
+    return false;
   }
-  handles_.push_back(std::move(h));
+  conn->req_ = req;
+  return true;
 }
 
-Conn* PassiveEp::take(fid_t handle) {
+std::unique_ptr<Conn> PassiveEp::take(Conn* conn) {
   std::lock_guard lock(mu_);
-  auto h = std::find_if(handles_.begin(), handles_.end(),
-                        [handle](const auto& p) { return &p->fid_ == handle; });
-  if (h == handles_.end()) return nullptr;
-  Conn* conn = (*h)->conn;
-  handles_.erase(h);
-  auto it = std::find_if(incoming_.begin(), incoming_.end(),
-                         [conn](const auto& p) { return p.get() == conn; });
-  if (it == incoming_.end()) return nullptr;
-  it->release();
-  incoming_.erase(it);
-  return conn;
+  auto it =
+      std::find_if(conns_.begin(), conns_.end(), [conn](const auto& p) { return p.get() == conn; });
+  if (it == conns_.end()) return nullptr;
+  std::unique_ptr<Conn> c = std::move(*it);
+  conns_.erase(it);
+  return c;
 }
 
 int PassiveEp::reject(fid_t handle, const void* data, size_t len) {
   if (len > wire::kMaxCmData || (len > 0 && data == nullptr)) return -FI_EINVAL;
-  std::unique_ptr<Conn> conn(take(handle));
-  if (conn == nullptr) return -FI_EINVAL;
+  ConnReq* req = ConnReq::of(handle);
+  if (req == nullptr) return -FI_EINVAL;
+  std::unique_ptr<Conn> conn;
+  {
+    std::lock_guard elock(engine_->mu());
+    PassiveEp* pep = nullptr;
+    Conn* c = nullptr;
+    if (const int rc = ConnReq::claim(req, engine_, this, &pep, &c); rc != 0) return rc;
+    conn = take(c);
+  }
+  if (conn == nullptr) return -FI_ECONNABORTED;
   return conn->reject(data, len);
 }
 
 // --- RdmListener
 
-RdmListener::RdmListener(Engine* engine, prov::Endpoint* ep) : engine_(engine), ep_(ep) {}
+RdmListener::RdmListener(Engine* engine, prov::Endpoint* ep) : Acceptor(engine), ep_(ep) {}
 
 RdmListener::~RdmListener() {
   std::lock_guard elock(engine_->mu());
-  if (fd_.valid()) engine_->remove(fd_.get(), this);
-  std::lock_guard lock(mu_);
-  conns_.clear();
+  close_locked();
 }
 
 int RdmListener::open(const sockaddr_in& addr) {
-  core::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return -FI_EIO;
-  const int one = 1;
-  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a = addr;
-  a.sin_family = AF_INET;
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0) {
-    return errno == EADDRINUSE ? -FI_EADDRINUSE : -FI_EINVAL;
-  }
-  if (::listen(fd.get(), SOMAXCONN) != 0) return -FI_EIO;
-  socklen_t len = sizeof(addr_);
-  getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr_), &len);
-  fd_ = std::move(fd);
-  return engine_->add(fd_.get(), this, EPOLLIN) ? 0 : -FI_EIO;
+  return listen_at(addr, &addr_);
 }
 
 int RdmListener::getname(void* addr, size_t* len) {
@@ -1599,36 +1903,17 @@ void RdmListener::sweep() {
   sweep_locked();
 }
 
-// Connections whose peer went away leave once nothing refers to them (a buffered message that
-// came through one still owes its sender a delivery acknowledgement). Through the engine: a
-// readiness report of the round in progress may still name one.
-void RdmListener::sweep_locked() {
-  for (auto it = conns_.begin(); it != conns_.end();) {
-    if ((*it)->closed() && ep_->can_free(it->get())) {
-      engine_->retire(std::move(*it));
-      it = conns_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+std::unique_ptr<Conn> RdmListener::make_conn(core::UniqueFd fd) {
+  return std::make_unique<Conn>(engine_, ep_, std::move(fd), ep_->max_msg_size());
 }
 
-void RdmListener::on_ready(uint32_t) {
-  {
-    std::lock_guard lock(mu_);
-    sweep_locked();
-  }
-  for (;;) {
-    core::UniqueFd fd(accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!fd.valid()) return;
-    auto conn = std::make_unique<Conn>(engine_, ep_, std::move(fd), ep_->max_msg_size());
-    Conn* c = conn.get();
-    {
-      std::lock_guard lock(mu_);
-      conns_.push_back(std::move(conn));
-    }
-    c->start_accepted(nullptr);
-  }
+void RdmListener::start(Conn* c) {
+  c->start_accepted(this, /*passive=*/false);
+}
+
+// A buffered message that came through one still owes its sender a delivery acknowledgement.
+bool RdmListener::may_free_locked(Conn* c) {
+  return ep_->can_free(c);
 }
 
 }  // namespace fabq::xport
@@ -1648,19 +1933,34 @@ Connection* make_connection(Endpoint* ep, fid_t handle, int* err) {
   if (handle == nullptr) {
     return new xport::Conn(engine, ep, core::UniqueFd(), ep->max_msg_size());
   }
-  if (handle->fclass != FI_CLASS_CONNREQ || handle->ops != &xport::PepOps::handle_ops_) {
+  xport::ConnReq* req = xport::ConnReq::of(handle);
+  if (req == nullptr) {
     *err = -FI_EINVAL;
     return nullptr;
   }
-  xport::Conn* conn = reinterpret_cast<xport::ConnReqHandle*>(handle)->conn;
-  xport::PassiveEp* pep = conn->pep_;
-  conn = pep != nullptr ? pep->take(handle) : nullptr;
+  std::unique_ptr<xport::Conn> conn;
+  {
+    // Passive endpoints close under the engine lock: the one that reported it stays meanwhile.
+    std::lock_guard elock(engine->mu());
+    xport::PassiveEp* pep = nullptr;
+    xport::Conn* c = nullptr;
+    if (const int rc = xport::ConnReq::claim(req, engine, nullptr, &pep, &c); rc != 0) {
+      *err = rc;
+      return nullptr;
+    }
+    conn = pep->take(c);
+  }
+  // Its peer gave up meanwhile: the connection (if any is left) closes.
   if (conn == nullptr || !conn->adopt(ep)) {
-    delete conn;
     *err = -FI_ECONNABORTED;
     return nullptr;
   }
-  return conn;
+  return conn.release();
+}
+
+void stop_transport_threads() {
+  std::lock_guard lock(xport::engines().mu);
+  for (xport::Engine* e : xport::engines().all) e->stop_thread();
 }
 
 Listener* open_listener(Endpoint* ep, const sockaddr_in& addr, int* err) {

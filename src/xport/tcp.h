@@ -5,8 +5,10 @@
 //               connect timers.
 //   Conn        one TCP connection: the connection protocol of wire.h, framing, placing
 //               payloads where the endpoint says, the send queue and acknowledgements.
-//   PassiveEp   fi_passive_ep: a listening socket; each accepted socket is a Conn that waits
-//               for its kConnReq and then for the application's fi_accept or fi_reject.
+//   Acceptor    a listening socket and the connections it accepted, until they are handed over
+//               or end; what PassiveEp and RdmListener share (backlog, reaping, backing off).
+//   PassiveEp   fi_passive_ep: each accepted socket is a Conn that waits for its kConnReq and
+//               then for the application's fi_accept or fi_reject (a ConnReq names it).
 //   RdmListener an RDM endpoint's listening socket: each accepted socket is a Conn that
 //               accepts the peer's kConnReq itself and carries the peer's messages in.
 //
@@ -95,6 +97,9 @@ class Engine final : public prov::Transport {
   void forget_shm(Conn* c);
   // Wakes the progress thread if somebody waits (a ring it does not watch yet may fill).
   void kick_if_waiting();
+  // Stops and joins the progress thread for good (the destructor, and the provider's unload);
+  // any thread but that one.
+  void stop_thread();
 
  private:
   void run_locked();
@@ -103,6 +108,7 @@ class Engine final : public prov::Transport {
   // Before the progress thread sleeps: asks every ring for a doorbell. True if one has work
   // already (do not sleep).
   bool arm_shm_locked();
+  void start_thread();
   void thread_main();
   void kick();
 
@@ -129,11 +135,14 @@ class Engine final : public prov::Transport {
   std::atomic<bool> has_graves_{false};
   std::atomic<int> waiters_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> thread_started_{false};
+  std::mutex thread_mu_;  // guards thread_ (started on the first wait, joined once)
   std::thread thread_;
-  std::once_flag thread_once_;
 };
 
+class Acceptor;
 class PassiveEp;
+struct ConnReq;
 
 class Conn final : public prov::Connection, public Pollable {
  public:
@@ -146,6 +155,7 @@ class Conn final : public prov::Connection, public Pollable {
   int shutdown() override;
   int submit(prov::TxOp* op) override;
   void ack_delivered(uint32_t seq) override;
+  void ack_delivered_later(uint32_t seq) override;
   void resume() override;
   int getname(void* addr, size_t* len) override;
   int getpeer(void* addr, size_t* len) override;
@@ -163,14 +173,17 @@ class Conn final : public prov::Connection, public Pollable {
   // The engine before its thread sleeps: asks the peer for a doorbell; true if there is work.
   bool arm_shm();
 
-  // A connection accepted by `pep`, or (null) by the RDM listener of the endpoint it was made
-  // for, waiting for its kConnReq.
-  void start_accepted(PassiveEp* pep);
-  // fi_endpoint from the CONNREQ: `ep` takes this connection over.
+  // A connection accepted by `owner` (a PassiveEp when `passive`, else the RDM listener of the
+  // endpoint it was made for), waiting for its kConnReq. Until it is handed over (adopt(),
+  // reject()) an accepted connection that ends asks its owner to reap it.
+  void start_accepted(Acceptor* owner, bool passive);
+  // fi_endpoint from the CONNREQ: `ep` takes this connection over. False if it ended meanwhile.
   bool adopt(prov::Endpoint* ep);
-  // fi_reject.
+  // fi_reject, or a request its passive endpoint cannot queue: kConnReject, then closed.
   int reject(const void* data, size_t len);
   bool closed() const { return state() == State::kClosed; }
+  // Accepted and not yet connected: counted against its owner's backlog.
+  bool in_handshake() const;
 
  private:
   enum class State : uint8_t {
@@ -195,6 +208,7 @@ class Conn final : public prov::Connection, public Pollable {
   void want_write_locked(bool on);
   void update_interest_locked();
   void fail_locked(int err, uint32_t event, const char* why);
+  int reject_locked(const void* data, size_t len);
   // The connection did not come up (refused, timed out, unreachable): an MSG endpoint hears of
   // it on its EQ; an RDM endpoint's sends to it fail.
   void refused_locked(int err, const void* data, size_t len);
@@ -214,10 +228,12 @@ class Conn final : public prov::Connection, public Pollable {
   void doorbell_locked();
 
   Engine* const engine_;
-  prov::Endpoint* ep_;    // null while passive and not adopted
-  const bool rdm_;        // an RDM endpoint's connection
-  bool inbound_ = false;  // RDM: accepted by the endpoint's listener (data flows in)
-  PassiveEp* pep_ = nullptr;
+  prov::Endpoint* ep_;         // null while passive and not adopted
+  const bool rdm_;             // an RDM endpoint's connection
+  bool inbound_ = false;       // RDM: accepted by the endpoint's listener (data flows in)
+  Acceptor* owner_ = nullptr;  // accepted and not handed over: reaped by it once closed
+  PassiveEp* pep_ = nullptr;   // owner_, when a passive endpoint
+  ConnReq* req_ = nullptr;     // the request reported for it (passive, kPending)
   core::UniqueFd fd_;
   std::mutex mu_;
   std::atomic<State> state_{State::kIdle};
@@ -263,35 +279,89 @@ class Conn final : public prov::Connection, public Pollable {
   size_t tx_switch_at_ = 0;         // ... ending at this offset of ctrl_
   bool peer_eof_ = false;           // the socket ended; what is left of the peer is in the ring
   bool bell_owed_ = false;          // a doorbell waits for this side's switch to the ring
+  // Delivery acknowledgements queued by ack_delivered_later(), sent by the next on_ready().
+  std::mutex owed_mu_;  // innermost
+  std::vector<uint32_t> owed_acks_;
+  std::atomic<bool> acks_owed_{false};
   // Hints for the engine (relaxed; written under mu_).
   std::atomic<bool> shm_rx_open_{false};     // the ring may be read (not stalled, not closed)
   std::atomic<bool> shm_tx_blocked_{false};  // the ring was full with bytes left to write
 
+  friend class Acceptor;
   friend class PassiveEp;
   friend prov::Connection* prov::make_connection(prov::Endpoint*, fid_t, int*);
 };
 
-// A pending connection request, as fi_info->handle names it.
-struct ConnReqHandle {
-  fid fid_;
-  Conn* conn;
+// A listening socket and the connections it accepted, until each is handed over or ends.
+//
+// Backlog: at most FI_FABQ_CM_BACKLOG of its connections may be in their handshake (or, for a
+// passive endpoint, awaiting fi_accept / fi_reject) at once; a connection accepted beyond that
+// is closed at once, which its peer sees as a refusal. So a flood of connections costs a
+// bounded number of descriptors, and a legitimate peer is refused, not left waiting.
+//
+// Out of descriptors (EMFILE, ENFILE) or kernel memory, accept4 keeps failing while the
+// level-triggered listening socket stays readable: the acceptor then stops listening for
+// kBackoff and tries again, so the progress engine neither spins nor stops serving the
+// connections it has. The first such failure is logged.
+//
+// Reaping: a connection that ends before it is handed over (its peer closed or never sent its
+// request in time) is freed by the progress round that notices it (reap()), through the
+// engine, when the owner says it may be (may_free_locked()).
+//
+// Threads: on_ready() and on_deadline() run under the engine lock; reap() under the
+// connection's lock (lock order: engine, connection, acceptor, endpoint).
+class Acceptor : public Pollable {
+ public:
+  void on_ready(uint32_t events) override;
+  void on_deadline() override;
+  // `c`, one of this acceptor's connections, has closed.
+  void reap(Conn* c);
+
+ protected:
+  explicit Acceptor(Engine* engine) : engine_(engine) {}
+  // Binds and listens at `at` (port 0: one the kernel picks) and joins the epoll set; *bound is
+  // the address it got. 0 or -FI_EADDRINUSE, -FI_EINVAL, -FI_EIO.
+  int listen_at(const sockaddr_in& at, sockaddr_in* bound);
+  // Leaves the epoll set and frees every connection not handed over. Called by the derived
+  // destructor, under the engine lock.
+  void close_locked();
+  // A new connection for an accepted socket, and the start of its handshake.
+  virtual std::unique_ptr<Conn> make_conn(core::UniqueFd fd) = 0;
+  virtual void start(Conn* c) = 0;
+  // Under mu_: whether closed connection `c` may be freed now.
+  virtual bool may_free_locked(Conn* c) = 0;
+  // Under mu_: frees the closed connections that may be.
+  void sweep_locked();
+
+  Engine* const engine_;
+  std::mutex mu_;  // guards conns_ and the members of derived classes that say so
+  std::vector<std::unique_ptr<Conn>> conns_;
+
+ private:
+  core::UniqueFd fd_;
+  bool backing_off_ = false;  // out of the epoll set until the deadline; engine lock
+  bool warned_ = false;
 };
 
-class PassiveEp final : public Pollable {
+class PassiveEp final : public Acceptor {
  public:
   static PassiveEp* from_fid(const fid* f);
   PassiveEp(prov::Fabric* fabric, Engine* engine, const fi_info& info, void* context);
   ~PassiveEp() override;
   fid_pep* handle();
 
-  void on_ready(uint32_t events) override;
-  // A Conn got its kConnReq: report FI_CONNREQ.
-  void request(Conn* conn, const void* data, size_t len);
-  // The Conn behind `handle`, removed from the pending list; null if unknown.
-  Conn* take(fid_t handle);
+  // A Conn got its kConnReq: report FI_CONNREQ. False when the request cannot be queued (no EQ,
+  // or the EQ has no room for it): the connection is then refused.
+  bool request(Conn* conn, const void* data, size_t len);
+  // The connection of a pending request of this passive endpoint, taken out of it (fi_endpoint
+  // or fi_reject); null if it is not one of its own.
+  std::unique_ptr<Conn> take(Conn* conn);
 
  private:
   friend struct PepOps;
+  std::unique_ptr<Conn> make_conn(core::UniqueFd fd) override;
+  void start(Conn* c) override;
+  bool may_free_locked(Conn* c) override;
   int bind(fid* bfid, uint64_t flags);
   int listen();
   int getname(void* addr, size_t* len);
@@ -303,18 +373,13 @@ class PassiveEp final : public Pollable {
     PassiveEp* owner;
   } box_{};
   prov::Fabric* const fabric_;
-  Engine* const engine_;
   fi_info* info_;
-  std::mutex mu_;
-  prov::Eq* eq_ = nullptr;
-  core::UniqueFd fd_;
-  sockaddr_in addr_{};
-  bool listening_ = false;
-  std::vector<std::unique_ptr<Conn>> incoming_;  // accepted sockets, and requests not taken
-  std::vector<std::unique_ptr<ConnReqHandle>> handles_;
+  prov::Eq* eq_ = nullptr;  // mu_
+  sockaddr_in addr_{};      // mu_
+  bool listening_ = false;  // mu_
 };
 
-class RdmListener final : public prov::Listener, public Pollable {
+class RdmListener final : public prov::Listener, public Acceptor {
  public:
   RdmListener(Engine* engine, prov::Endpoint* ep);
   ~RdmListener() override;
@@ -323,17 +388,14 @@ class RdmListener final : public prov::Listener, public Pollable {
 
   int getname(void* addr, size_t* len) override;
   void sweep() override;
-  void on_ready(uint32_t events) override;
 
  private:
-  void sweep_locked();
+  std::unique_ptr<Conn> make_conn(core::UniqueFd fd) override;
+  void start(Conn* c) override;
+  bool may_free_locked(Conn* c) override;
 
-  Engine* const engine_;
   prov::Endpoint* const ep_;
-  core::UniqueFd fd_;
   sockaddr_in addr_{};
-  std::mutex mu_;  // guards conns_
-  std::vector<std::unique_ptr<Conn>> conns_;
 };
 
 }  // namespace fabq::xport

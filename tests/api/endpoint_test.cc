@@ -114,6 +114,31 @@ TEST_F(Endpoint, ConnectWithoutAnAddressOrWithTooMuchDataIsEinval) {
   EXPECT_EQ(fi_connect(ep_, &peer, data.data(), data.size()), -FI_EINVAL);
 }
 
+// A null buffer with a length would only be written when a message arrives, far from the call
+// that named it: the post itself is refused. A null buffer of no bytes is a zero-length receive.
+TEST_F(Endpoint, AReceiveIntoANullBufferWithALengthIsEinval) {
+  bind_and_enable();
+  EXPECT_EQ(fi_recv(ep_, nullptr, 100, nullptr, 0, nullptr), -FI_EINVAL);
+  EXPECT_EQ(fi_trecv(ep_, nullptr, 100, nullptr, 0, 7, 0, nullptr), -FI_EINVAL);
+  iovec iov[2] = {{buf_, 8}, {nullptr, 8}};
+  EXPECT_EQ(fi_recvv(ep_, iov, nullptr, 2, 0, nullptr), -FI_EINVAL);
+  fi_msg msg{.msg_iov = iov, .iov_count = 2, .context = nullptr};
+  EXPECT_EQ(fi_recvmsg(ep_, &msg, 0), -FI_EINVAL);
+  EXPECT_EQ(fi_recv(ep_, nullptr, 0, nullptr, 0, nullptr), 0);
+  fi_cq_entry entry;
+  EXPECT_EQ(fi_cq_read(cq_, &entry, 1), -FI_EAGAIN) << "nothing refused was posted";
+}
+
+TEST_F(Endpoint, ASendFromANullBufferWithALengthIsEinval) {
+  bind_and_enable();
+  EXPECT_EQ(fi_send(ep_, nullptr, 100, nullptr, 0, nullptr), -FI_EINVAL);
+  EXPECT_EQ(fi_inject(ep_, nullptr, 8, 0), -FI_EINVAL);
+  EXPECT_EQ(fi_tsend(ep_, nullptr, 100, nullptr, 0, 7, nullptr), -FI_EINVAL);
+  EXPECT_EQ(fi_senddata(ep_, nullptr, 100, nullptr, 1, 0, nullptr), -FI_EINVAL);
+  iovec iov[2] = {{buf_, 8}, {nullptr, 8}};
+  EXPECT_EQ(fi_sendv(ep_, iov, nullptr, 2, 0, nullptr), -FI_EINVAL);
+}
+
 TEST_F(Endpoint, ReceivesScatterOverUpToIovLimitBuffers) {
   bind_and_enable();
   iovec iov[5] = {{buf_, 8}, {buf_ + 8, 8}, {buf_ + 16, 8}, {buf_ + 24, 8}, {buf_ + 32, 8}};

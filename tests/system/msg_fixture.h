@@ -226,6 +226,14 @@ class Peer {
 
   Link& link() { return link_; }
   pid_t pid() const { return pid_; }
+  // Kills the child now (SIGKILL: it dies as a crashed process does, without closing anything
+  // itself) and reaps it.
+  void kill_now() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
 
   // Waits for the child to exit, progressing `progress` (when given) meanwhile. Returns its
   // exit status, or -1 when it was killed by a signal or did not exit within kPeerSeconds

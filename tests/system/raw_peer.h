@@ -37,7 +37,9 @@ enum Op : uint8_t {
   kConnReq = 1,
   kConnAccept = 2,
   kConnReady = 4,
+  kConnReject = 3,
   kMsg = 5,
+  kTagged = 6,
   kShutdown = 9,
 };
 constexpr uint32_t kShmOffer = 1u << 3;   // kConnReq: tag names a segment, data is its nonce

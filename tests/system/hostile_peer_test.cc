@@ -1,0 +1,462 @@
+// fabq against peers that mean harm or simply die: floods of connection requests, peers that
+// connect and never speak or leave at once, a process that runs out of descriptors, and peers
+// killed between messages or inside one. Raw peers speak fabq's wire format from raw_peer.h;
+// the well-behaved ones are fabq endpoints in a child process. Everything on 127.0.0.1, every
+// wait bounded, every count small enough for a 2-core machine.
+//
+// What fi_fabq(7) RELIABILITY AND SECURITY promises, and these check:
+//   - a connection request that the passive endpoint's EQ has no room for (requests may fill
+//     half of it) is refused at once; the EQ never overruns for them, and once the application
+//     reads it, the next client connects;
+//   - at most FI_FABQ_CM_BACKLOG connections are held in their handshake; more are closed at
+//     once;
+//   - a connection that closes before its request is read is freed by the progress that sees
+//     it, not when someone else connects;
+//   - out of descriptors, the listener backs off instead of spinning, and connections already
+//     made keep working;
+//   - a MSG peer that dies ends the receives posted for it (FI_ECANCELED), as one that dies
+//     inside a message fails them (FI_EIO), so an application blocked in fi_cq_sread returns;
+//   - an RDM receive that a dying peer's half message had taken goes back, and takes a message
+//     that arrived meanwhile from another peer.
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <vector>
+
+#include "fabq/fi_fabq.h"
+#include "raw_peer.h"
+#include "rdm_fixture.h"
+
+namespace fabq::systest {
+namespace {
+
+// Descriptors this process has open now.
+int open_fds() {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (const dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n - 1;  // opendir's own
+}
+
+// A plain TCP connection to 127.0.0.1:port, or -1.
+int dial_raw(uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{.sin_family = AF_INET, .sin_port = htons(port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A valid connection request, as fabq's active side sends it.
+std::string conn_req(const std::string& data) {
+  return encode(Header{.op = kConnReq, .length = static_cast<uint32_t>(data.size())}) + data;
+}
+
+// How many of `fds` fabq closes within timeout_ms (EOF or reset; what it sends first, a
+// kConnReject, is read and dropped). Closed ones are set to -1 (and closed here).
+int wait_closed(std::vector<int>& fds, int timeout_ms) {
+  int closed = 0;
+  const auto t0 = Clock::now();
+  while (ms_since(t0) < timeout_ms) {
+    std::vector<pollfd> p;
+    for (int fd : fds) {
+      if (fd >= 0) p.push_back({.fd = fd, .events = POLLIN});
+    }
+    if (p.empty()) break;
+    if (poll(p.data(), p.size(), 50) <= 0) continue;
+    for (const pollfd& q : p) {
+      if (q.revents == 0) continue;
+      char buf[512];
+      const ssize_t n = recv(q.fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) continue;
+      close(q.fd);
+      for (int& fd : fds) fd = fd == q.fd ? -1 : fd;
+      ++closed;
+    }
+  }
+  return closed;
+}
+
+void close_all(std::vector<int>& fds) {
+  for (int& fd : fds) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+}
+
+// Progresses `s` until `link` has something to read (the peer's next report).
+bool progress_until_readable(Side& s, Link& link, int timeout_ms = kTimeoutMs) {
+  const auto t0 = Clock::now();
+  while (!link.readable(1)) {
+    if (ms_since(t0) > timeout_ms) {
+      ADD_FAILURE() << "the peer reported nothing within " << timeout_ms << " ms";
+      return false;
+    }
+    s.progress();
+  }
+  return true;
+}
+
+// Progresses `s` until pred() holds or timeout_ms passes; returns pred().
+template <class Pred>
+bool progress_until(Side& s, Pred pred, int timeout_ms) {
+  const auto t0 = Clock::now();
+  while (!pred() && ms_since(t0) < timeout_ms) s.progress();
+  return pred();
+}
+
+// A fabq client in the peer process: connects with connect data "good" and waits for
+// FI_CONNECTED.
+void connect_as_a_good_client(uint16_t port) {
+  Side c;
+  ASSERT_TRUE(c.open_active(port));
+  ASSERT_EQ(c.connect("good", 4), 0);
+  EXPECT_TRUE(c.wait_connected());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Floods and half-open connections against a passive endpoint.
+
+constexpr int kFlood = 200;
+
+TEST(HostilePeer, AFloodOfConnectionRequestsIsRefusedBeyondHalfTheEqWhichNeverOverruns) {
+  SKIP_UNLESS_FABQ();
+  Peer flooder([](Link& link) {
+    uint64_t port = 0;
+    ASSERT_TRUE(link.get_u64(&port));
+    std::vector<int> fds;
+    for (int i = 0; i < kFlood; ++i) {
+      const int fd = dial_raw(static_cast<uint16_t>(port));
+      ASSERT_GE(fd, 0) << "connection " << i;
+      const std::string req = conn_req("evil");
+      ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+      fds.push_back(fd);
+    }
+    // Refused ones are closed at once; the rest wait for the application.
+    ASSERT_TRUE(link.put_u64(static_cast<uint64_t>(wait_closed(fds, 2000))));
+    ASSERT_TRUE(link.wait('r'));  // the server rejected the rest
+    const int rejected = wait_closed(fds, 3000);
+    ASSERT_TRUE(link.put_u64(static_cast<uint64_t>(rejected)));
+    close_all(fds);
+    connect_as_a_good_client(static_cast<uint16_t>(port));
+  });
+  Side s;  // its EQ holds 64 events
+  const uint16_t port = s.listen();
+  ASSERT_NE(port, 0);
+  const int baseline = open_fds();
+  ASSERT_TRUE(flooder.link().put_u64(port));
+  ASSERT_TRUE(progress_until_readable(s, flooder.link()));
+  uint64_t refused = 0;
+  ASSERT_TRUE(flooder.link().get_u64(&refused));
+  EXPECT_GE(refused, static_cast<uint64_t>(kFlood - 32)) << "requests beyond half the EQ";
+  // Every request is either refused or in the EQ, and the EQ holds requests only: no error,
+  // no overrun.
+  int queued = 0;
+  for (;;) {
+    uint32_t event = 0;
+    CmEvent ev;
+    const ssize_t n = fi_eq_read(s.eq(), &event, ev.bytes, sizeof(ev.bytes), 0);
+    if (n == -FI_EAGAIN) break;
+    ASSERT_GT(n, 0) << "fi_eq_read: " << fi_strerror(static_cast<int>(-n));
+    ASSERT_EQ(event, static_cast<uint32_t>(FI_CONNREQ));
+    ASSERT_EQ(std::string(ev.data(), n - kCmEntrySize), "evil");
+    EXPECT_EQ(fi_reject(s.pep(), ev.entry().info->handle, nullptr, 0), 0);
+    fi_freeinfo(ev.entry().info);
+    ++queued;
+  }
+  EXPECT_LE(queued, 32);
+  EXPECT_EQ(static_cast<uint64_t>(queued) + refused, static_cast<uint64_t>(kFlood));
+  ASSERT_TRUE(flooder.link().signal('r'));
+  ASSERT_TRUE(progress_until_readable(s, flooder.link()));
+  uint64_t rejected = 0;
+  ASSERT_TRUE(flooder.link().get_u64(&rejected));
+  EXPECT_EQ(rejected, static_cast<uint64_t>(queued));
+  EXPECT_LE(open_fds(), baseline + 2) << "the flood's connections are all gone";
+  // A legitimate client connects now.
+  std::string data;
+  fi_info* req = s.wait_connreq(&data);
+  ASSERT_NE(req, nullptr);
+  EXPECT_EQ(data, "good");
+  ASSERT_TRUE(s.open_endpoint(req));
+  ASSERT_TRUE(s.accept());
+  EXPECT_EQ(flooder.join(&s), 0);
+}
+
+TEST(HostilePeer, ConnectionsBeyondTheBacklogAreClosedAtOnce) {
+  SKIP_UNLESS_FABQ();
+  setenv("FI_FABQ_CM_BACKLOG", "8", 1);
+  Peer idler([](Link& link) {
+    uint64_t port = 0;
+    ASSERT_TRUE(link.get_u64(&port));
+    std::vector<int> fds;
+    for (int i = 0; i < 40; ++i) {
+      const int fd = dial_raw(static_cast<uint16_t>(port));
+      ASSERT_GE(fd, 0);
+      fds.push_back(fd);
+    }
+    // Long before the connect timeout (10 s) of the ones that are held.
+    ASSERT_TRUE(link.put_u64(static_cast<uint64_t>(wait_closed(fds, 2000))));
+    ASSERT_TRUE(link.wait('c'));
+    close_all(fds);
+    connect_as_a_good_client(static_cast<uint16_t>(port));
+  });
+  Side s;
+  const uint16_t port = s.listen();
+  ASSERT_NE(port, 0);
+  const int baseline = open_fds();
+  ASSERT_TRUE(idler.link().put_u64(port));
+  ASSERT_TRUE(progress_until_readable(s, idler.link()));
+  uint64_t closed = 0;
+  ASSERT_TRUE(idler.link().get_u64(&closed));
+  EXPECT_EQ(closed, 32u);
+  EXPECT_LE(open_fds(), baseline + 8);
+  // The held ones leave with their peer, and make room for a legitimate client.
+  ASSERT_TRUE(idler.link().signal('c'));
+  fi_info* req = s.wait_connreq();
+  ASSERT_NE(req, nullptr);
+  ASSERT_TRUE(s.open_endpoint(req));
+  ASSERT_TRUE(s.accept());
+  EXPECT_EQ(idler.join(&s), 0);
+}
+
+TEST(HostilePeer, ConnectionsThatCloseBeforeTheirRequestAreFreedWithoutANewConnection) {
+  SKIP_UNLESS_FABQ();
+  constexpr int kHalfOpen = 300;
+  Peer prober([](Link& link) {
+    uint64_t port = 0;
+    ASSERT_TRUE(link.get_u64(&port));
+    std::vector<int> fds;
+    for (int i = 0; i < kHalfOpen; ++i) {
+      const int fd = dial_raw(static_cast<uint16_t>(port));
+      ASSERT_GE(fd, 0);
+      fds.push_back(fd);
+    }
+    ASSERT_TRUE(link.signal('o'));
+    ASSERT_TRUE(link.wait('c'));
+    close_all(fds);
+    ASSERT_TRUE(link.signal('x'));
+    ASSERT_TRUE(link.wait('d'));
+  });
+  Side s;
+  const uint16_t port = s.listen();
+  ASSERT_NE(port, 0);
+  const int baseline = open_fds();
+  ASSERT_TRUE(prober.link().put_u64(port));
+  ASSERT_TRUE(s.await(prober.link(), 'o'));
+  EXPECT_TRUE(progress_until(
+      s, [&] { return open_fds() >= baseline + kHalfOpen; }, kTimeoutMs))
+      << open_fds() - baseline << " of " << kHalfOpen << " accepted";
+  ASSERT_TRUE(prober.link().signal('c'));
+  ASSERT_TRUE(s.await(prober.link(), 'x'));
+  EXPECT_TRUE(progress_until(
+      s, [&] { return open_fds() <= baseline; }, 3000))
+      << open_fds() - baseline << " descriptors still held";
+  ASSERT_TRUE(prober.link().signal('d'));
+  EXPECT_EQ(prober.join(&s), 0);
+}
+
+// CPU time of this process (all its threads), in milliseconds.
+int64_t cpu_ms() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000 +
+         (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000;
+}
+
+TEST(HostilePeer, OutOfDescriptorsTheListenerBacksOffAndConnectionsKeepWorking) {
+  SKIP_UNLESS_FABQ();
+  Peer client([](Link& link) {
+    Side c;
+    if (!c.dial(link)) return;
+    uint64_t port = 0;
+    ASSERT_TRUE(link.get_u64(&port));
+    std::vector<int> idle;
+    for (int i = 0; i < 100; ++i) {
+      const int fd = dial_raw(static_cast<uint16_t>(port));
+      ASSERT_GE(fd, 0);
+      idle.push_back(fd);
+    }
+    ASSERT_TRUE(link.signal('f'));
+    ASSERT_TRUE(c.await(link, 'm'));
+    const std::string msg = "still here";
+    fi_context2 ctx;
+    ASSERT_EQ(c.send(msg.data(), msg.size(), &ctx), 0);
+    EXPECT_EQ(c.next_tx().rc, 1);
+    ASSERT_TRUE(c.await(link, 'c'));
+    close_all(idle);
+    // A new request gets through once descriptors are back.
+    RawConnection raw;
+    ASSERT_TRUE(raw.connect_to(static_cast<uint16_t>(port)));
+    ASSERT_TRUE(raw.send_all(conn_req("late")));
+    c.await(link, 'd');
+  });
+  Side s;
+  ASSERT_TRUE(s.serve(client.link()));
+  const sockaddr_in pep = s.name(&s.pep()->fid);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(open_fds() + 10);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  ASSERT_TRUE(client.link().put_u64(ntohs(pep.sin_port)));
+  ASSERT_TRUE(s.await(client.link(), 'f'));
+  // Blocked for a second while the listening socket stays readable and accept fails: the
+  // progress thread must not spin on it.
+  char buf[32] = {};
+  fi_context2 ctx;
+  ASSERT_EQ(s.recv(buf, sizeof(buf), &ctx), 0);
+  const int64_t cpu0 = cpu_ms();
+  fi_cq_tagged_entry entry;
+  EXPECT_EQ(fi_cq_sread(s.rx_cq(), &entry, 1, nullptr, 1000), -FI_EAGAIN);
+  const int64_t spent = cpu_ms() - cpu0;
+  EXPECT_LT(spent, 300) << "ms of CPU while blocked for 1000 ms";
+  // The connection made before keeps working.
+  ASSERT_TRUE(client.link().signal('m'));
+  const Completion r = s.next_rx();
+  ASSERT_EQ(r.rc, 1) << cq_str(r);
+  EXPECT_EQ(std::string(buf, r.entry.len), "still here");
+  ASSERT_TRUE(client.link().signal('c'));
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  // The idle ones sent no request: the first one to come is the late one.
+  uint32_t event = 0;
+  CmEvent ev;
+  const ssize_t n = s.read_event(&event, &ev);
+  ASSERT_GT(n, 0);
+  ASSERT_EQ(event, static_cast<uint32_t>(FI_CONNREQ));
+  fi_info* late = ev.entry().info;
+  EXPECT_EQ(std::string(ev.data(), n - kCmEntrySize), "late");
+  EXPECT_EQ(fi_reject(s.pep(), late->handle, nullptr, 0), 0);
+  fi_freeinfo(late);
+  ASSERT_TRUE(client.link().signal('d'));
+  EXPECT_EQ(client.join(&s), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Peers that die.
+
+TEST(HostilePeer, AMsgPeerKilledBetweenMessagesEndsTheReceivesPostedForIt) {
+  Peer client([](Link& link) {
+    Side c;
+    if (!c.dial(link)) return;
+    const std::string msg = "one";
+    fi_context2 ctx;
+    ASSERT_EQ(c.send(msg.data(), msg.size(), &ctx), 0);
+    EXPECT_EQ(c.next_tx().rc, 1);
+    c.await(link, 'k', kPeerSeconds * 1000);  // killed meanwhile
+  });
+  Side s;
+  ASSERT_TRUE(s.serve(client.link()));
+  char a[16] = {}, b[16] = {}, c[16] = {};
+  fi_context2 ca, cb, cc;
+  ASSERT_EQ(s.recv(a, sizeof(a), &ca), 0);
+  Completion got = s.next_rx();
+  ASSERT_EQ(got.rc, 1) << cq_str(got);
+  ASSERT_EQ(s.recv(b, sizeof(b), &cb), 0);
+  client.kill_now();
+  // An application blocked in fi_cq_sread returns with the receive in error.
+  got = s.next_rx();
+  ASSERT_EQ(got.rc, -FI_EAVAIL) << cq_str(got);
+  EXPECT_EQ(got.err.op_context, &cb);
+  EXPECT_EQ(got.err.err, FI_ECANCELED);
+  EXPECT_TRUE(got.err.flags & FI_RECV);
+  // So does a receive posted after the end: nothing can come any more.
+  ASSERT_EQ(s.recv(c, sizeof(c), &cc), 0);
+  got = s.next_rx(1000);
+  ASSERT_EQ(got.rc, -FI_EAVAIL) << cq_str(got);
+  EXPECT_EQ(got.err.op_context, &cc);
+  EXPECT_EQ(got.err.err, FI_ECANCELED);
+  // And the EQ says why.
+  uint32_t event = 0;
+  CmEvent ev;
+  ASSERT_GE(s.read_event(&event, &ev), 0);
+  EXPECT_EQ(event, static_cast<uint32_t>(FI_SHUTDOWN));
+}
+
+TEST(HostilePeer, AMsgPeerThatDiesInsideAMessageFailsItsReceivesWithEio) {
+  SKIP_UNLESS_FABQ();
+  Side s;
+  const uint16_t port = s.listen();
+  ASSERT_NE(port, 0);
+  RawConnection raw;
+  ASSERT_TRUE(raw.connect_to(port));
+  ASSERT_TRUE(raw.send_all(conn_req("")));
+  fi_info* req = s.wait_connreq();
+  ASSERT_NE(req, nullptr);
+  ASSERT_TRUE(s.open_endpoint(req));
+  ASSERT_EQ(fi_accept(s.ep(), nullptr, 0), 0);
+  // fi_accept wrote its answer; the handshake's end makes both sides connected.
+  unsigned char h[kHeaderSize];
+  ASSERT_TRUE(raw.recv_exact(h, sizeof(h)));
+  ASSERT_EQ(h[3], kConnAccept);
+  ASSERT_TRUE(raw.send_all(encode(Header{.op = kConnReady})));
+  ASSERT_TRUE(s.wait_connected());
+  char buf[64];
+  fi_context2 ctx;
+  ASSERT_EQ(s.recv(buf, sizeof(buf), &ctx), 0);
+  ASSERT_TRUE(raw.send_all(encode(Header{.op = kMsg, .length = 1000}) + std::string(10, 'x')));
+  raw.close_now();
+  const Completion got = s.next_rx();
+  ASSERT_EQ(got.rc, -FI_EAVAIL) << cq_str(got);
+  EXPECT_EQ(got.err.op_context, &ctx);
+  EXPECT_EQ(got.err.err, FI_EIO);
+  EXPECT_EQ(got.err.prov_errno, FI_FABQ_EVENT_EP_REQ_ERR);
+}
+
+TEST(HostilePeer, AnRdmReceiveTakenByAHalfMessageOfADyingPeerTakesAMessageThatCameMeanwhile) {
+  SKIP_UNLESS_FABQ();
+  Peer sender([](Link& link) {
+    Rdm r;
+    if (!r.ok()) return;
+    const fi_addr_t receiver = r.learn(link);
+    ASSERT_TRUE(link.wait('s'));
+    const char msg[] = "whole";
+    ASSERT_EQ(r.tsend(msg, sizeof(msg), receiver, 5, nullptr), 0);
+    EXPECT_EQ(r.next_for(nullptr).rc, 1);
+    ASSERT_TRUE(link.signal('w'));
+    link.wait('d', kPeerSeconds * 1000);
+  });
+  Rdm r;
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r.tell(sender.link()));
+  char buf[64] = {};
+  ASSERT_EQ(r.trecv(buf, sizeof(buf), 5, buf), 0);
+  // A stranger connects as an RDM endpoint would and sends the first 10 bytes of 100.
+  RawConnection raw;
+  ASSERT_TRUE(raw.connect_to(ntohs(r.name().sin_port)));
+  sockaddr_in stranger = r.name();
+  stranger.sin_port = htons(1);
+  ASSERT_TRUE(
+      raw.send_all(conn_req(std::string(reinterpret_cast<char*>(&stranger), sizeof(stranger)))));
+  unsigned char h[kHeaderSize];
+  for (auto t0 = Clock::now(); ms_since(t0) < 200;) r.progress();
+  ASSERT_TRUE(raw.recv_exact(h, sizeof(h)));
+  ASSERT_EQ(h[3], kConnAccept);
+  ASSERT_TRUE(raw.send_all(encode(Header{.op = kConnReady}) +
+                           encode(Header{.op = kTagged, .length = 100, .tag = 5}) +
+                           std::string(10, 'x')));
+  for (auto t0 = Clock::now(); ms_since(t0) < 200;) r.progress();  // the half message takes it
+  // The whole message arrives while the only receive is taken: it is buffered.
+  ASSERT_TRUE(sender.link().signal('s'));
+  for (auto t0 = Clock::now(); !sender.link().readable(0) && ms_since(t0) < kTimeoutMs;) {
+    r.progress();
+  }
+  ASSERT_TRUE(sender.link().wait('w'));
+  // The stranger dies: its half message is dropped, the receive goes back and takes the whole
+  // one at once.
+  raw.close_now();
+  const Rdm::Got g = r.next_for(buf);
+  ASSERT_EQ(g.rc, 1);
+  EXPECT_STREQ(buf, "whole");
+  ASSERT_TRUE(sender.link().signal('d'));
+  EXPECT_EQ(sender.join(), 0);
+}
+
+}  // namespace
+}  // namespace fabq::systest
