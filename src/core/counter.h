@@ -4,9 +4,11 @@
 // waiters only when one is announced (one seq_cst load otherwise, as for queues).
 //
 // Semantics (fi_cntr(3)):
-//   - add()/set() change the value, add_error()/set_error() the error value (the application's
-//     fi_cntr_add/set/adderr/seterr); complete()/complete_error() are the provider's increments
-//     for finished operations. Reads see every completed update (all seq_cst: see value()).
+//   - add()/set() change the value, add_error()/set_error() the error value: they are the
+//     application's fi_cntr_add/set/adderr/seterr and nothing else. complete()/complete_error()
+//     are the provider's increments for finished operations, and the only ones it may use:
+//     add() would hide the change from poll sets. Reads see every completed update (all
+//     seq_cst: see value()).
 //   - poll sets (fi_poll(3)) report a counter when its value or error value changed since the
 //     last fi_poll, fi_cntr_set or fi_cntr_add: complete*(), add_error() and set_error() set
 //     that mark, add()/set() clear it.

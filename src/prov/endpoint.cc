@@ -697,7 +697,7 @@ void Endpoint::complete_recv(const PostedRecv& r, const Incoming& in, size_t pla
           {.completion = c, .olen = in.len - placed, .err = FI_ETRUNC, .prov_errno = 0});
       events->insert(events->end(), more.begin(), more.end());
     }
-    if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
+    if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
     return;
   }
   const bool report = !rx_selective_ || (r.flags & FI_COMPLETION) != 0;
@@ -709,7 +709,7 @@ void Endpoint::complete_recv(const PostedRecv& r, const Incoming& in, size_t pla
       cq->queue().cancel_reservation(1);
     }
   }
-  if (rx_cntr_ != nullptr) rx_cntr_->counter().add(1);
+  if (rx_cntr_ != nullptr) rx_cntr_->counter().complete();
 }
 
 void Endpoint::deliver_unexpected(const PostedRecv& r, const Unexpected& u,
@@ -796,7 +796,7 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
         if (cq != nullptr) {
           cq_events = cq->complete_error(recv_error(r, action.err, action.prov_errno));
         }
-        if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
+        if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
       } else if (Unexpected* u = queue_.find_unexpected(r.tagged, r.tag, r.ignore)) {
         if (u->complete) {
           deliver_unexpected(r, *u, &cq_events);
@@ -864,7 +864,7 @@ ssize_t Endpoint::cancel(void* context) {
     if ((cq = rx_cq()) != nullptr) {
       cq_events = cq->complete_error(recv_error(*r, FI_ECANCELED, 0));
     }
-    if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
+    if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
   }
   raise(domain_, cq, cq_events);
   return 0;
@@ -883,7 +883,7 @@ bool Endpoint::fail(uint32_t type) {
         auto more = cq->complete_error(recv_error(r, FI_EIO, static_cast<int>(type)));
         cq_events.insert(cq_events.end(), more.begin(), more.end());
       }
-      if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
+      if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
     }
   }
   // The caller holds the domain's lock (raise), never ours: CQ events can go out now.
@@ -1017,7 +1017,7 @@ void Endpoint::unplace(Placement* p) {
     if (Cq* cq = rx_cq(); cq != nullptr) {
       events = cq->complete_error(recv_error(*back, FI_EIO, 0));
     }
-    if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
+    if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
     raise_later(domain_, rx_cq(), events);
     return;
   }
@@ -1156,7 +1156,7 @@ ssize_t Endpoint::post_send(const iovec* iov, size_t count, fi_addr_t dest, void
                                     .err = action.err,
                                     .prov_errno = action.prov_errno});
       }
-      if (tx_cntr_ != nullptr) tx_cntr_->counter().add_error(1);
+      if (tx_cntr_ != nullptr) tx_cntr_->counter().complete_error();
       tx_state_[index] = kFree;
       tx_free_.push_back(index);
       op = nullptr;
@@ -1225,9 +1225,9 @@ void Endpoint::finish_send(uint32_t index, int err, std::vector<uint32_t>* event
   }
   if (tx_cntr_ != nullptr) {
     if (err != 0) {
-      tx_cntr_->counter().add_error(1);
+      tx_cntr_->counter().complete_error();
     } else {
-      tx_cntr_->counter().add(1);
+      tx_cntr_->counter().complete();
     }
   }
   tx_state_[index] = kFree;

@@ -9,8 +9,12 @@
 // Poll set (fi_poll_open on a domain): fi_poll_add/fi_poll_del of fabq CQs and counters
 // (anything else: -FI_EINVAL; adding twice: -FI_EBUSY; deleting a non-member: -FI_EINVAL). A
 // member cannot be closed while it belongs to a poll set (-FI_EBUSY); closing the poll set
-// releases its members. fi_poll returns the number of contexts written (0 when nothing is
-// ready); count <= 0 or a null array: -FI_EINVAL.
+// releases its members. fi_poll first drives the fabric's transport, as every queue read does,
+// so that an application that only polls sees its traffic complete; then it reports the CQs
+// that are not empty and the counters that changed since the last fi_poll, fi_cntr_set or
+// fi_cntr_add (core/counter.h: endpoints count with Counter::complete*, which marks the change
+// for poll sets; fi_cntr_add and fi_cntr_set clear the mark). It returns the number of contexts
+// written (0 when nothing is ready); count <= 0 or a null array: -FI_EINVAL.
 #pragma once
 
 #include <rdma/fi_domain.h>

@@ -3,15 +3,24 @@
 // Wait sets (fi_wait_open on the fabric): which kinds open, members (an EQ, a CQ and a counter
 // opened with FI_WAIT_SET), fi_wait timeouts and wake-ups, fi_trywait on the set, its fd, and
 // the close rules. Poll sets (fi_poll_open on the domain): membership rules, what fi_poll
-// reports, and the close rules.
+// reports, and the close rules. Both with traffic: RDM endpoints over 127.0.0.1 whose counters
+// and CQs belong to a set, and an application that only calls fi_poll or fi_wait, as fabtests'
+// fi_poll does. Every wait is bounded.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "fabq_fixture.h"
@@ -555,6 +564,298 @@ TEST_F(PollSetTest, ZeroCountOrNullArrayIsInvalid) {
   EXPECT_EQ(fi_poll(poll_, nullptr, 4), -FI_EINVAL);
   EXPECT_EQ(fi_poll(poll_, ctx, 4), 0);
   EXPECT_EQ(fi_poll_del(poll_, &cq_->fid, 0), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Poll sets and wait sets with traffic, as fabtests' fi_poll uses them. Each side is an RDM
+// endpoint in a fabric and domain of its own, as in a process of its own, so that nothing but
+// that side's own calls moves its bytes. Its send counter (bound FI_SEND) and receive counter
+// (FI_RECV) belong to its poll set; its CQ is bound with FI_SELECTIVE_COMPLETION and stays out
+// of the set (fi_poll -t counter), or is bound plainly and joins the set (fi_poll -t queue).
+
+constexpr int kTrafficMs = 5000;
+
+struct Side {
+  fi_info* info = nullptr;
+  fid_fabric* fabric = nullptr;
+  fid_domain* domain = nullptr;
+  fid_wait* set = nullptr;  // the counters' wait set, for sides opened with one
+  fid_av* av = nullptr;
+  fid_cq* cq = nullptr;
+  fid_cntr* tx = nullptr;
+  fid_cntr* rx = nullptr;
+  fid_poll* poll = nullptr;
+  fid_ep* ep = nullptr;
+  sockaddr_in name{};
+  fi_addr_t peer = FI_ADDR_UNSPEC;  // the other side, in this side's AV
+  // Contexts of the members, which fi_poll reports.
+  int cq_context = 0;
+  int tx_context = 0;
+  int rx_context = 0;
+  char in[4][64] = {};  // receive buffers
+};
+
+struct SideOptions {
+  bool cq_in_poll_set = false;  // fi_poll -t queue: a plain CQ, in the poll set
+  bool wait_set = false;        // counters opened with FI_WAIT_SET on a set of the side's fabric
+};
+
+// The contexts one fi_poll on `s`'s set reports (none for a side not opened).
+std::vector<void*> poll_once(Side* s) {
+  if (s->poll == nullptr) return {};
+  void* contexts[8] = {};
+  const int n = fi_poll(s->poll, contexts, 8);
+  EXPECT_GE(n, 0) << fi_strerror(-n);
+  return std::vector<void*>(contexts, contexts + std::max(n, 0));
+}
+
+bool reports(const std::vector<void*>& contexts, const void* context) {
+  return std::find(contexts.begin(), contexts.end(), context) != contexts.end();
+}
+
+class PollSetTraffic : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    close_side(&b_);
+    close_side(&a_);
+  }
+
+  void open_side(Side* s, SideOptions options = {}) {
+    fi_info* hints = fabq_hints();
+    ASSERT_NE(hints, nullptr);
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = FI_MSG;
+    const int rc = fi_getinfo(kVersion, nullptr, nullptr, 0, hints, &s->info);
+    fi_freeinfo(hints);
+    ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+    ASSERT_EQ(fi_fabric(s->info->fabric_attr, &s->fabric, nullptr), 0);
+    ASSERT_EQ(fi_domain(s->fabric, s->info, &s->domain, nullptr), 0);
+    if (options.wait_set) {
+      fi_wait_attr wait_attr{};
+      wait_attr.wait_obj = FI_WAIT_UNSPEC;
+      ASSERT_EQ(fi_wait_open(s->fabric, &wait_attr, &s->set), 0);
+    }
+    fi_av_attr av_attr{};
+    av_attr.type = FI_AV_TABLE;
+    ASSERT_EQ(fi_av_open(s->domain, &av_attr, &s->av, nullptr), 0);
+    fi_cq_attr cq_attr{};
+    cq_attr.format = FI_CQ_FORMAT_CONTEXT;
+    ASSERT_EQ(fi_cq_open(s->domain, &cq_attr, &s->cq, &s->cq_context), 0);
+    fi_cntr_attr cntr_attr{};
+    cntr_attr.events = FI_CNTR_EVENTS_COMP;
+    cntr_attr.wait_obj = options.wait_set ? FI_WAIT_SET : FI_WAIT_NONE;
+    cntr_attr.wait_set = s->set;
+    ASSERT_EQ(fi_cntr_open(s->domain, &cntr_attr, &s->tx, &s->tx_context), 0);
+    ASSERT_EQ(fi_cntr_open(s->domain, &cntr_attr, &s->rx, &s->rx_context), 0);
+    fi_poll_attr poll_attr{};
+    ASSERT_EQ(fi_poll_open(s->domain, &poll_attr, &s->poll), 0);
+    if (options.cq_in_poll_set) {
+      ASSERT_EQ(fi_poll_add(s->poll, &s->cq->fid, 0), 0);
+    }
+    ASSERT_EQ(fi_poll_add(s->poll, &s->tx->fid, 0), 0);
+    ASSERT_EQ(fi_poll_add(s->poll, &s->rx->fid, 0), 0);
+
+    ASSERT_EQ(fi_endpoint(s->domain, s->info, &s->ep, nullptr), 0);
+    ASSERT_EQ(fi_ep_bind(s->ep, &s->av->fid, 0), 0);
+    const uint64_t cq_flags =
+        FI_TRANSMIT | FI_RECV | (options.cq_in_poll_set ? 0 : FI_SELECTIVE_COMPLETION);
+    ASSERT_EQ(fi_ep_bind(s->ep, &s->cq->fid, cq_flags), 0);
+    ASSERT_EQ(fi_ep_bind(s->ep, &s->tx->fid, FI_SEND), 0);
+    ASSERT_EQ(fi_ep_bind(s->ep, &s->rx->fid, FI_RECV), 0);
+    ASSERT_EQ(fi_enable(s->ep), 0);
+    size_t len = sizeof(s->name);
+    ASSERT_EQ(fi_getname(&s->ep->fid, &s->name, &len), 0);
+  }
+
+  // Both sides, each knowing the other.
+  void open_pair(SideOptions options = {}) {
+    ASSERT_NO_FATAL_FAILURE(open_side(&a_, options));
+    ASSERT_NO_FATAL_FAILURE(open_side(&b_, options));
+    ASSERT_EQ(fi_av_insert(a_.av, &b_.name, 1, &a_.peer, 0, nullptr), 1);
+    ASSERT_EQ(fi_av_insert(b_.av, &a_.name, 1, &b_.peer, 0, nullptr), 1);
+  }
+
+  static void close_side(Side* s) {
+    for (fid* f : {s->ep ? &s->ep->fid : nullptr, s->poll ? &s->poll->fid : nullptr,
+                   s->rx ? &s->rx->fid : nullptr, s->tx ? &s->tx->fid : nullptr,
+                   s->cq ? &s->cq->fid : nullptr, s->av ? &s->av->fid : nullptr,
+                   s->set ? &s->set->fid : nullptr, s->domain ? &s->domain->fid : nullptr,
+                   s->fabric ? &s->fabric->fid : nullptr}) {
+      if (f != nullptr) {
+        EXPECT_EQ(fi_close(f), 0);
+      }
+    }
+    fi_freeinfo(s->info);
+    *s = Side{};
+  }
+
+  // `to` posts a receive into its buffer `slot`; `from` sends it a message without asking for
+  // a completion (the counters count it).
+  static void send(Side* from, Side* to, int slot = 0) {
+    ASSERT_EQ(
+        fi_recv(to->ep, to->in[slot], sizeof(to->in[slot]), nullptr, FI_ADDR_UNSPEC, to->in[slot]),
+        0);
+    static const char kMessage[] = "polled";
+    ASSERT_EQ(fi_send(from->ep, kMessage, sizeof(kMessage), nullptr, from->peer, nullptr), 0);
+  }
+
+  // Calls fi_poll on both sides, and nothing else, until every (side, context) pair in `wanted`
+  // has been reported by its side's set, or kTrafficMs pass. Returns the pairs never reported.
+  std::vector<std::pair<Side*, void*>> poll_until_reported(
+      std::vector<std::pair<Side*, void*>> wanted) {
+    const auto end = Clock::now() + milliseconds(kTrafficMs);
+    while (!wanted.empty() && Clock::now() < end) {
+      for (Side* s : {&a_, &b_}) {
+        const std::vector<void*> got = poll_once(s);
+        std::erase_if(wanted,
+                      [&](const auto& w) { return w.first == s && reports(got, w.second); });
+      }
+    }
+    return wanted;
+  }
+
+  // Calls fi_poll on both sides for `ms`; whether `side`'s set ever reported `context`.
+  bool reported_within(Side* side, void* context, int ms) {
+    const auto end = Clock::now() + milliseconds(ms);
+    bool seen = false;
+    while (Clock::now() < end) {
+      for (Side* s : {&a_, &b_}) {
+        if (reports(poll_once(s), context) && s == side) seen = true;
+      }
+    }
+    return seen;
+  }
+
+  Side a_;
+  Side b_;
+};
+
+// fi_poll(3): "The context associated with a counter will be returned if the counter's success
+// value or error value have changed since the last time fi_poll, fi_cntr_set, or fi_cntr_add
+// were called." A send and its receive change the two counters; fi_poll, the only call made,
+// must move the bytes and report both.
+TEST_F(PollSetTraffic, SendAndReceiveCountersAreReportedByFiPollAlone) {
+  ASSERT_NO_FATAL_FAILURE(open_pair());
+  ASSERT_NO_FATAL_FAILURE(send(&a_, &b_));
+  const auto missing = poll_until_reported({{&a_, &a_.tx_context}, {&b_, &b_.rx_context}});
+  EXPECT_TRUE(missing.empty()) << missing.size()
+                               << " counter(s) changed by the message were never reported";
+  EXPECT_EQ(fi_cntr_read(a_.tx), 1u);
+  EXPECT_EQ(fi_cntr_read(b_.rx), 1u);
+  EXPECT_STREQ(b_.in[0], "polled");
+}
+
+// What fi_poll -t counter does: each side, in a thread of its own, posts a receive and a send
+// to the other and then only calls fi_poll on its own set until its send and receive counters
+// have been reported.
+TEST_F(PollSetTraffic, EachSidePollingOnlyItsOwnSetSeesItsSendAndReceiveCounted) {
+  ASSERT_NO_FATAL_FAILURE(open_pair());
+  ASSERT_NO_FATAL_FAILURE(send(&a_, &b_));
+  ASSERT_NO_FATAL_FAILURE(send(&b_, &a_));
+  auto run = [](Side* s, std::atomic<bool>* done) {
+    // fabtests reads a counter's value when it is reported and polls again until the value
+    // reaches what it sent and received: a report whose value it cannot yet see would hang it.
+    const auto end = Clock::now() + milliseconds(kTrafficMs);
+    uint64_t tx = 0, rx = 0;
+    while ((tx < 1 || rx < 1) && Clock::now() < end) {
+      const std::vector<void*> got = poll_once(s);
+      if (reports(got, &s->tx_context)) tx = fi_cntr_read(s->tx);
+      if (reports(got, &s->rx_context)) rx = fi_cntr_read(s->rx);
+    }
+    done->store(tx == 1 && rx == 1);
+  };
+  std::atomic<bool> a_done{false}, b_done{false};
+  std::thread other(run, &b_, &b_done);
+  run(&a_, &a_done);
+  other.join();
+  EXPECT_TRUE(a_done.load()) << "the first side never saw both its counters count";
+  EXPECT_TRUE(b_done.load()) << "the second side never saw both its counters count";
+}
+
+// "since the last time fi_poll ... [was] called": once reported, a counter is not reported by
+// the next fi_poll calls, until a new completion changes it again.
+TEST_F(PollSetTraffic, CounterIsNotReportedAgainUntilItChangesAgain) {
+  ASSERT_NO_FATAL_FAILURE(open_pair());
+  ASSERT_NO_FATAL_FAILURE(send(&a_, &b_, 0));
+  ASSERT_TRUE(poll_until_reported({{&a_, &a_.tx_context}, {&b_, &b_.rx_context}}).empty());
+  EXPECT_FALSE(reported_within(&b_, &b_.rx_context, 100)) << "reported with no new change";
+  EXPECT_FALSE(reported_within(&a_, &a_.tx_context, 10));
+
+  ASSERT_NO_FATAL_FAILURE(send(&a_, &b_, 1));
+  EXPECT_TRUE(poll_until_reported({{&a_, &a_.tx_context}, {&b_, &b_.rx_context}}).empty())
+      << "a second message was not reported";
+  EXPECT_EQ(fi_cntr_read(b_.rx), 2u);
+}
+
+// fi_cntr_add resets what counts as a change (fi_poll(3)); it does not hide a completion that
+// comes after it.
+TEST_F(PollSetTraffic, ReceiveAfterTheApplicationsFiCntrAddIsReported) {
+  ASSERT_NO_FATAL_FAILURE(open_pair());
+  ASSERT_EQ(fi_cntr_add(b_.rx, 10), 0);
+  EXPECT_FALSE(reports(poll_once(&b_), &b_.rx_context));
+  ASSERT_NO_FATAL_FAILURE(send(&a_, &b_));
+  EXPECT_TRUE(poll_until_reported({{&b_, &b_.rx_context}}).empty());
+  EXPECT_EQ(fi_cntr_read(b_.rx), 11u);
+}
+
+// fi_poll -t queue: "Completion queues will return their context if they are not empty."
+TEST_F(PollSetTraffic, CqHoldingAReceiveIsReportedUntilItIsRead) {
+  ASSERT_NO_FATAL_FAILURE(open_pair({.cq_in_poll_set = true}));
+  ASSERT_NO_FATAL_FAILURE(send(&a_, &b_));
+  ASSERT_TRUE(poll_until_reported({{&b_, &b_.cq_context}}).empty())
+      << "the receive's completion was never reported";
+  EXPECT_TRUE(reports(poll_once(&b_), &b_.cq_context)) << "not empty, yet not reported";
+  fi_cq_entry entry{};
+  ASSERT_EQ(fi_cq_read(b_.cq, &entry, 1), 1);
+  EXPECT_EQ(entry.op_context, b_.in[0]);
+  EXPECT_FALSE(reports(poll_once(&b_), &b_.cq_context)) << "reported once empty";
+}
+
+// A send that fails changes the send counter's error value: reported as well.
+TEST_F(PollSetTraffic, FailedSendChangesTheErrorValueAndIsReported) {
+  ASSERT_NO_FATAL_FAILURE(open_side(&a_));
+  // A port nobody listens on, on 127.0.0.2 where no test listens.
+  sockaddr_in dead{};
+  dead.sin_family = AF_INET;
+  dead.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  socklen_t len = sizeof(dead);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&dead), sizeof(dead)), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&dead), &len), 0);
+  close(fd);
+  ASSERT_EQ(fi_av_insert(a_.av, &dead, 1, &a_.peer, 0, nullptr), 1);
+  ASSERT_EQ(fi_send(a_.ep, "x", 1, nullptr, a_.peer, nullptr), 0);
+  EXPECT_TRUE(poll_until_reported({{&a_, &a_.tx_context}}).empty());
+  EXPECT_EQ(fi_cntr_readerr(a_.tx), 1u);
+  EXPECT_EQ(fi_cntr_read(a_.tx), 0u);
+}
+
+// The wait-set sibling: fi_wait returns 0 when a member counter changed since the set last
+// reported it. A thread blocked in fi_wait must see a message arrive (its bytes moved while it
+// waits), and the same change must not end the next fi_wait.
+TEST_F(PollSetTraffic, FiWaitOnTheReceiveCountersSetReturnsWhenAMessageArrives) {
+  ASSERT_NO_FATAL_FAILURE(open_pair({.wait_set = true}));
+  EXPECT_EQ(fi_wait(b_.set, 0), -FI_EAGAIN) << "nothing has changed yet";
+  std::atomic<bool> sent{false};
+  std::thread sender([&] {
+    std::this_thread::sleep_for(milliseconds(30));  // let fi_wait block first
+    send(&a_, &b_);
+    // The sender's own side moves only when it calls fabq.
+    const auto end = Clock::now() + milliseconds(kTrafficMs);
+    while (!reports(poll_once(&a_), &a_.tx_context) && Clock::now() < end) {
+    }
+    sent.store(fi_cntr_read(a_.tx) == 1);
+  });
+  const auto t0 = Clock::now();
+  const int rc = fi_wait(b_.set, kTrafficMs);
+  const int64_t elapsed = ms_since(t0);
+  sender.join();
+  EXPECT_TRUE(sent.load());
+  EXPECT_EQ(rc, 0) << "the receive never ended the wait";
+  EXPECT_LT(elapsed, kTrafficMs - 1000);
+  EXPECT_EQ(fi_cntr_read(b_.rx), 1u);
+  EXPECT_EQ(fi_wait(b_.set, 50), -FI_EAGAIN) << "the same change ended a second wait";
 }
 
 }  // namespace
