@@ -2,7 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -37,6 +37,10 @@ struct SegmentHeader {
 };
 
 std::atomic<uint32_t> g_next_id{1};
+
+// Names create() tries before it gives up on shared memory: the pid in a name is unique only
+// within a PID namespace, and processes of several may share /dev/shm.
+constexpr int kNameAttempts = 16;
 
 RingControl* control(void* base, int i) {
   return reinterpret_cast<RingControl*>(static_cast<unsigned char*>(base) + kControlOffset) + i;
@@ -146,7 +150,8 @@ Segment::Segment(Segment&& o) noexcept
       size_(std::exchange(o.size_, 0)),
       id_(o.id_),
       nonce_(o.nonce_),
-      named_(std::exchange(o.named_, false)) {}
+      named_(std::exchange(o.named_, false)),
+      lock_(std::move(o.lock_)) {}
 
 Segment& Segment::operator=(Segment&& o) noexcept {
   if (this != &o) {
@@ -156,6 +161,7 @@ Segment& Segment::operator=(Segment&& o) noexcept {
     id_ = o.id_;
     nonce_ = o.nonce_;
     named_ = std::exchange(o.named_, false);
+    lock_ = std::move(o.lock_);
   }
   return *this;
 }
@@ -182,6 +188,8 @@ void Segment::unlink() {
   if (!named_) return;
   named_ = false;
   shm_unlink(name_of(id_).c_str());
+  // Only now: as long as the name exists, the lock is what keeps a sweep from taking it.
+  lock_.reset();
 }
 
 std::optional<uint64_t> Segment::id_of(const char* file) {
@@ -211,22 +219,36 @@ std::optional<uint64_t> Segment::id_of(const char* file) {
 size_t Segment::sweep_stale(const char* path) {
   std::unique_ptr<DIR, int (*)(DIR*)> dir(opendir(path), closedir);
   if (!dir) return 0;
+  const int dfd = dirfd(dir.get());
   size_t removed = 0;
   while (const dirent* e = readdir(dir.get())) {
     std::optional<uint64_t> id = id_of(e->d_name);
     if (!id) continue;
+    // Linux pids are 1..PID_MAX_LIMIT (2^22): any other number is no name create() made. The
+    // pid says nothing more: it may be of another PID namespace, or reused.
     const uint64_t pid = *id >> 32;
-    // Linux pids are below 2^22 (PID_MAX_LIMIT); anything else would make kill() address a
-    // process group.
-    if (pid == 0 || pid > (1u << 22) || static_cast<pid_t>(pid) == getpid()) continue;
-    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (pid == 0 || pid > (1u << 22)) continue;
+    // O_NONBLOCK: a FIFO of that name must not stop the sweep; O_NOFOLLOW: nor a link lead it
+    // elsewhere.
+    core::UniqueFd fd(
+        openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (!fd.valid()) continue;
     struct stat st {};
-    if (fstatat(dirfd(dir.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+    if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) continue;
+    // create() locks the file before it gives it a size, so an empty one may be a creator's
+    // between the two: it is kept (it holds no memory). One that had a size when looked at
+    // above was locked by then, and if the lock can be taken now, no process holds it any
+    // longer: its creator has unlinked the name or has ended, in whatever PID namespace it ran.
+    if (st.st_size == 0 || flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    // Still the file locked here: another sweep may have removed it, and a new creator made
+    // the name again, since this one opened it.
+    struct stat named {};
+    if (fstatat(dfd, e->d_name, &named, AT_SYMLINK_NOFOLLOW) != 0 || named.st_dev != st.st_dev ||
+        named.st_ino != st.st_ino) {
       continue;
     }
-    // What shm_unlink() does, relative to `path`.
-    if (unlinkat(dirfd(dir.get()), e->d_name, 0) == 0) ++removed;
+    // What shm_unlink() does, relative to `path`. The lock ends when fd closes.
+    if (unlinkat(dfd, e->d_name, 0) == 0) ++removed;
   }
   return removed;
 }
@@ -239,15 +261,30 @@ Segment Segment::create() {
   while (nonce == 0) {
     if (getrandom(&nonce, sizeof(nonce), 0) != static_cast<ssize_t>(sizeof(nonce))) return s;
   }
-  const uint64_t id = (static_cast<uint64_t>(static_cast<uint32_t>(getpid())) << 32) |
-                      g_next_id.fetch_add(1, std::memory_order_relaxed);
-  const std::string name = name_of(id);
-  core::UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (!fd.valid()) return s;
-  s.id_ = id;
-  s.named_ = true;  // from here on, a failure unlinks it
-  if (ftruncate(fd.get(), static_cast<off_t>(kSegmentBytes)) != 0) return s;
-  void* base = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  for (int attempt = 0; attempt < kNameAttempts && !s.named_; ++attempt) {
+    const uint64_t id = (static_cast<uint64_t>(static_cast<uint32_t>(getpid())) << 32) |
+                        g_next_id.fetch_add(1, std::memory_order_relaxed);
+    const std::string name = name_of(id);
+    core::UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!fd.valid()) {
+      // Taken: by a process of another PID namespace with this pid, or left by a dead one.
+      if (errno == EEXIST) continue;
+      return s;
+    }
+    // Locked before it has a size (see sweep_stale()), and until the name is gone (unlink()).
+    // Without waiting: no sweep locks an empty file, so whoever holds this one is nothing of
+    // fabq's, and the next name will do.
+    if (flock(fd.get(), LOCK_SH | LOCK_NB) != 0) {
+      shm_unlink(name.c_str());
+      continue;
+    }
+    s.id_ = id;
+    s.named_ = true;  // from here on, a failure unlinks it
+    s.lock_ = std::move(fd);
+  }
+  if (!s.named_) return s;
+  if (ftruncate(s.lock_.get(), static_cast<off_t>(kSegmentBytes)) != 0) return s;
+  void* base = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.lock_.get(), 0);
   if (base == MAP_FAILED) return s;
   // A fresh shm object is zero-filled: both rings start empty with no flag set.
   auto* h = static_cast<SegmentHeader*>(base);

@@ -23,8 +23,13 @@
 //     4096        ring 0's bytes, then ring 1's
 //
 // Its name is /fabq-<pid>-<n> (the creator's pid, a counter), which the offer carries as
-// id = pid << 32 | n. A name whose creator died before the answer is removed by the next
-// process of the same user that creates a segment (Segment::sweep_stale()).
+// id = pid << 32 | n. The pid only keeps names apart, and only within a PID namespace: a
+// process of another one that shares /dev/shm may have the same pid, and so the same name
+// (create() then takes the next n). Whether a creator still runs is told by a lock, not by its
+// pid: the creator holds flock(LOCK_SH) on the name's file from before the file has a size
+// until it unlinks the name, and a lock ends with the process that held it, in any namespace.
+// A name nobody holds whose creator died before the answer is removed by the next process of
+// the same user that creates a segment (Segment::sweep_stale()).
 //
 // A doorbell is owed only to a side that may sleep: a consumer about to sleep sets
 // `consumer_asleep` and looks at the ring again; a producer that found the ring full sets
@@ -54,6 +59,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+
+#include "core/unique_fd.h"
 
 namespace fabq::xport::shm {
 
@@ -117,8 +124,8 @@ class Ring {
   unsigned char* data_ = nullptr;
 };
 
-// A mapped segment. Move-only; unmaps (and, if this side still holds the name, unlinks it)
-// when destroyed.
+// A mapped segment. Move-only; unmaps (and, if this side still holds the name, unlinks it and
+// lets go of its lock) when destroyed.
 class Segment {
  public:
   Segment() = default;
@@ -128,15 +135,22 @@ class Segment {
   Segment& operator=(Segment&& o) noexcept;
   ~Segment();
 
-  // The connecting side: a fresh segment with a new name and a random nonce. An invalid
-  // Segment if it cannot be made (no /dev/shm, out of memory): the connection then stays on
-  // TCP. The first call in a process also removes stale names (sweep_stale()).
+  // The connecting side: a fresh segment with a new name and a random nonce, whose name it
+  // holds locked (one descriptor) until the name is unlinked. A name already taken (by a
+  // process of another PID namespace with the same pid) is passed over for the next, up to 16.
+  // An invalid Segment if it cannot be made (no /dev/shm, out of memory, no descriptor, 16
+  // names taken): the connection then stays on TCP. The first call in a process also removes
+  // stale names (sweep_stale()).
   static Segment create();
-  // Removes the names of this user's segments whose creator no longer runs: a process killed
-  // between its offer and the answer leaves its name behind, and nobody else would remove it.
-  // A creator is taken to run while kill(pid, 0) says anything but ESRCH, so a live process
-  // (or a pid of another pid namespace that shares /dev/shm) keeps its names. Returns how many
-  // it removed. Any thread; it only reads the directory and unlinks. `dir` is where POSIX
+  // Removes the names of this user's segments that no creator holds any longer: a process
+  // killed between its offer and the answer leaves its name behind, and nobody else would
+  // remove it. A name goes if its file is non-empty and flock(LOCK_EX | LOCK_NB) on it succeeds
+  // (so no creator's LOCK_SH remains); its pid is not consulted, so a creator in another PID
+  // namespace, whose pid is nobody's or somebody else's here, keeps its names. An empty file is
+  // kept: its creator may not have locked it yet (one killed in that instant leaves an empty
+  // name behind, which holds no memory). Only regular files of this user named as create()
+  // names them are looked at. Returns how many names it removed. Any thread; it reads the
+  // directory, opens and locks each candidate for a moment, and unlinks. `dir` is where POSIX
   // shared-memory names live; a test passes a directory of its own, which no other process's
   // sweep reaches.
   static size_t sweep_stale(const char* dir = "/dev/shm");
@@ -147,7 +161,8 @@ class Segment {
   bool valid() const { return base_ != nullptr; }
   uint64_t id() const { return id_; }
   uint64_t nonce() const { return nonce_; }
-  // Removes the name (both sides call it once the handshake is over); the mapping stays.
+  // Removes the name (both sides call it once the handshake is over) and, on the creating
+  // side, lets go of its lock; the mapping stays.
   void unlink();
   // The ring this side writes into / reads from. `connecting` says which side this is.
   Ring tx(bool connecting) const;
@@ -164,6 +179,9 @@ class Segment {
   uint64_t id_ = 0;
   uint64_t nonce_ = 0;
   bool named_ = false;  // this side still has to unlink the name
+  // The creator's: its flock(LOCK_SH) says "this name is mine" to every sweep until unlink().
+  // A child forked meanwhile shares the lock, and keeps the name too while it runs.
+  core::UniqueFd lock_;
 };
 
 }  // namespace fabq::xport::shm
