@@ -35,6 +35,16 @@ void Counter::updated(uint64_t new_value) {
   gate_->notify(new_value);
 }
 
+// Called after the value it reports has been stored. A poller that takes the mark (acquire)
+// and then reads the counter sees that value; were the mark set first, a poll in between would
+// take it and read the old value, and the change would never be reported.
+void Counter::mark_for_poll() {
+  polled_.store(true, std::memory_order_release);
+}
+
+// fi_poll(3) measures changes from the last fi_poll, fi_cntr_set or fi_cntr_add: the mark is
+// cleared before the new value is stored, so that a completion that races with the call keeps
+// its report unless it came entirely before it.
 void Counter::add(uint64_t n) {
   polled_.store(false, std::memory_order_relaxed);
   updated(value_.fetch_add(n, std::memory_order_seq_cst) + n);
@@ -47,15 +57,16 @@ void Counter::set(uint64_t v) {
 }
 
 void Counter::complete(uint64_t n) {
-  polled_.store(true, std::memory_order_relaxed);
-  updated(value_.fetch_add(n, std::memory_order_seq_cst) + n);
+  const uint64_t v = value_.fetch_add(n, std::memory_order_seq_cst) + n;
+  mark_for_poll();
+  updated(v);
 }
 
-// fi_poll(3) resets its "changed" mark only on fi_poll, fi_cntr_set and fi_cntr_add: a change
-// of the error value, even by the application, is reported.
+// Only fi_poll, fi_cntr_set and fi_cntr_add clear the mark: a change of the error value, even
+// by the application, is reported.
 void Counter::add_error(uint64_t n) {
-  polled_.store(true, std::memory_order_relaxed);
   errors_.fetch_add(n, std::memory_order_seq_cst);
+  mark_for_poll();
   updates_.fetch_add(1, std::memory_order_seq_cst);
   gate_->notify_all();
 }
@@ -65,8 +76,8 @@ void Counter::complete_error(uint64_t n) {
 }
 
 void Counter::set_error(uint64_t v) {
-  polled_.store(true, std::memory_order_relaxed);
   errors_.store(v, std::memory_order_seq_cst);
+  mark_for_poll();
   updates_.fetch_add(1, std::memory_order_seq_cst);
   gate_->notify_all();
 }

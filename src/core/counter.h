@@ -11,7 +11,10 @@
 //     seq_cst: see value()).
 //   - poll sets (fi_poll(3)) report a counter when its value or error value changed since the
 //     last fi_poll, fi_cntr_set or fi_cntr_add: complete*(), add_error() and set_error() set
-//     that mark, add()/set() clear it.
+//     that mark after storing the new value (release; take_poll_event() acquires, so a poller
+//     that takes the mark reads the new value), add()/set() clear it. The mark is the
+//     counter's, not a set's: of two poll sets holding one counter, the first to poll after a
+//     change reports it.
 //   - wait(threshold, timeout): ok once value >= threshold; kAvail when the error value changes
 //     while waiting (fi_cntr(3): "any change in a counter's error value will unblock any thread
 //     inside fi_cntr_wait"); kTimedOut at the timeout (the error value is left unchanged);
@@ -69,11 +72,12 @@ class Counter final : public WaitSetMember {
   // last reported it.
   bool has_entries() const override { return false; }
   uint64_t change_count() const override { return updates_.load(std::memory_order_seq_cst); }
-  bool take_poll_event() override { return polled_.exchange(false, std::memory_order_acq_rel); }
+  bool take_poll_event() override { return polled_.exchange(false, std::memory_order_acquire); }
 
  private:
   Counter(const CounterConfig& config, std::unique_ptr<WaitObject> own_wait);
   void updated(uint64_t new_value);
+  void mark_for_poll();
 
   alignas(kCacheLine) std::atomic<uint64_t> value_{0};
   std::atomic<uint64_t> errors_{0};
