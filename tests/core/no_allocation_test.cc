@@ -1,14 +1,17 @@
 // "No allocation after construction": the write and read paths of EQs and CQs never touch the
-// heap. This binary replaces malloc & co. with counting wrappers (bench/alloc_counter.cc) and
-// counts allocations across many writes and reads after the queue is built.
+// heap, and neither does the handshake's authentication (hashes, MACs, nonces). This binary
+// replaces malloc & co. with counting wrappers (bench/alloc_counter.cc) and counts allocations
+// across many calls after the objects are built.
 #include <gtest/gtest.h>
 #include <rdma/fi_eq.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "alloc_counter.h"
 #include "core/cq.h"
 #include "core/eq.h"
+#include "core/hmac.h"
 
 namespace fabq::core {
 namespace {
@@ -61,7 +64,26 @@ TEST(NoAllocation, CqReserveCompleteReadAndErrorsAllocateNothing) {
   EXPECT_EQ(heap_allocations() - before, 0u);
 }
 
-// The counter itself must see allocations, or the two tests above prove nothing.
+TEST(NoAllocation, HashMacCompareAndRandomBytesAllocateNothing) {
+  uint8_t long_key[131];  // longer than a block: keying hashes it
+  std::memset(long_key, 0xaa, sizeof(long_key));
+  uint8_t nonce[32];
+  const uint64_t before = heap_allocations();
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(fill_random(nonce, sizeof(nonce)).ok());
+    Sha256 sha;
+    sha.update(nonce, sizeof(nonce));
+    const Digest digest = sha.final();
+    HmacSha256 hmac(long_key, sizeof(long_key));
+    hmac.update(nonce, sizeof(nonce));
+    const Digest mac = hmac.final();
+    ASSERT_FALSE(mac_equal(mac, digest));
+    ASSERT_TRUE(mac_equal(mac, HmacSha256::mac(long_key, sizeof(long_key), nonce, sizeof(nonce))));
+  }
+  EXPECT_EQ(heap_allocations() - before, 0u);
+}
+
+// The counter itself must see allocations, or the tests above prove nothing.
 TEST(NoAllocation, CounterSeesHeapAllocations) {
   const uint64_t before = heap_allocations();
   // Through a volatile pointer so the compiler cannot elide the allocation.
