@@ -808,7 +808,7 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
       } else if (ended_) {
         // MSG: the connection is over and nothing more will come (connection_ended()).
         if (cq != nullptr) cq_events = cq->complete_error(recv_error(r, FI_ECANCELED, 0));
-        if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
+        if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
       } else {
         queue_.post(r);
         resume = !stalled_.empty();
@@ -1072,7 +1072,7 @@ void Endpoint::connection_ended() {
         auto more = cq->complete_error(recv_error(r, FI_ECANCELED, 0));
         events.insert(events.end(), more.begin(), more.end());
       }
-      if (rx_cntr_ != nullptr) rx_cntr_->counter().add_error(1);
+      if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
     }
   }
   raise_later(domain_, cq, events);
