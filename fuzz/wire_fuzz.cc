@@ -11,7 +11,8 @@
 //   - take_header() takes exactly what the header still needs of what it is offered, never more;
 //     take_payload() takes min(offered, payload_left()), never more;
 //   - payload_left() never exceeds the frame's limit: max_payload for messages, kMaxCmData for
-//     connect, accept and reject data, 0 for the rest;
+//     connect, accept and reject data (and a nonce more for an authenticating request), the
+//     fixed sizes of kChallenge and kProof, 0 for the rest;
 //   - a completed header re-encodes to the stream's bytes, and obeys every rule of decode();
 //   - a dead framer reports the violation decode() finds in the header's bytes, and takes
 //     nothing afterwards, not even after next_frame();
@@ -37,17 +38,23 @@ bool is_data(Op op) {
   return op == Op::kMsg || op == Op::kTagged;
 }
 
-// The length limit of `op`: kMaxCmData for connect, accept and reject data, the receiver's
-// max_payload for messages, 0 for the rest.
-size_t length_limit(Op op, size_t max_payload) {
-  switch (op) {
+// The length limit of a header: kMaxCmData for connect, accept and reject data (plus a nonce for
+// an authenticating request), the receiver's max_payload for messages, the fixed sizes of
+// kChallenge and kProof, 0 for the rest.
+size_t length_limit(const Header& h, size_t max_payload) {
+  switch (h.op) {
     case Op::kConnReq:
+      return (h.flags & kAuth) != 0 ? kMaxCmData + kNonceSize : kMaxCmData;
     case Op::kConnAccept:
     case Op::kConnReject:
       return kMaxCmData;
     case Op::kMsg:
     case Op::kTagged:
       return max_payload;
+    case Op::kChallenge:
+      return kNonceSize + kMacSize;
+    case Op::kProof:
+      return kMacSize;
     default:
       return 0;
   }
@@ -56,15 +63,15 @@ size_t length_limit(Op op, size_t max_payload) {
 // The rules of wire.h, restated: what a header decode() accepted must satisfy.
 bool obeys_rules(const Header& h, size_t max_payload) {
   const uint8_t op = static_cast<uint8_t>(h.op);
-  if (op < static_cast<uint8_t>(Op::kConnReq) || op > static_cast<uint8_t>(Op::kShutdown)) {
+  if (op < static_cast<uint8_t>(Op::kConnReq) || op > static_cast<uint8_t>(Op::kProof)) {
     return false;
   }
   uint32_t allowed = 0;
   if (is_data(h.op)) allowed = kDataFlags;
-  if (h.op == Op::kConnReq) allowed = kShmOffer;
+  if (h.op == Op::kConnReq) allowed = kShmOffer | kAuth;
   if (h.op == Op::kConnAccept) allowed = kShmAccept;
   if ((h.flags & ~allowed) != 0) return false;
-  if (h.length > length_limit(h.op, max_payload)) return false;
+  if (h.length > length_limit(h, max_payload)) return false;
   // A shared-memory offer names its segment in `tag` and carries its nonce in `data`.
   const bool offer = h.op == Op::kConnReq && (h.flags & kShmOffer) != 0;
   if (h.tag != 0 && h.op != Op::kTagged && !offer) return false;
@@ -171,7 +178,7 @@ void run(const uint8_t* data, size_t size) {
       if (f.in_header()) {
         check(f.payload_left() == 0);
       } else {
-        check(f.payload_left() <= length_limit(f.header().op, max_payload));
+        check(f.payload_left() <= length_limit(f.header(), max_payload));
       }
       pos += took;
       avail -= took;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/eq.h"
+#include "prov/auth.h"
 #include "prov/av.h"
 #include "prov/cntr.h"
 #include "prov/cq.h"
@@ -534,6 +535,7 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
       rx_op_flags_(info.rx_attr ? info.rx_attr->op_flags : 0),
       rdm_(info.ep_attr != nullptr && info.ep_attr->type == FI_EP_RDM),
       source_(rdm_ && (info.caps & FI_SOURCE) != 0),
+      auth_(auth_key_of(info)),
       queue_(rx_size_, params().unexpected_bytes, 4 * rx_size_),
       tx_(tx_size_),
       tx_state_(tx_size_, kFree),

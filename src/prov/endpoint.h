@@ -46,6 +46,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/hmac.h"
 #include "prov/events.h"
 #include "prov/object.h"
 #include "prov/recv_queue.h"
@@ -80,6 +81,8 @@ class Endpoint final : public Object, public AsyncTarget {
   bool rdm() const { return rdm_; }
   // RDM: the listener's address once enabled (what a peer inserts in its AV).
   const sockaddr_in& rdm_name() const { return rdm_name_; }
+  // The secret its connections prove (prov/auth.h); null when none. Fixed at open.
+  const core::HmacSha256* auth_key() const { return auth_ ? &*auth_ : nullptr; }
 
   // --- For the transport (prov/transport.h), called holding the connection's lock.
   // Where `in`'s payload goes. False: no room now (the connection stalls and asks again).
@@ -183,6 +186,7 @@ class Endpoint final : public Object, public AsyncTarget {
   Av* av_ = nullptr;  // RDM
   const bool rdm_;
   const bool source_;  // FI_SOURCE asked for
+  const std::optional<core::HmacSha256> auth_;
   sockaddr_in rdm_name_{};
   RecvQueue queue_;
   // Messages being placed into posted receives now (each holds a receive CQ slot).

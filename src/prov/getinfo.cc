@@ -16,6 +16,7 @@
 
 #include "core/cq.h"
 #include "core/unique_fd.h"
+#include "prov/auth.h"
 #include "prov/object.h"
 #include "prov/provider.h"
 #include "prov/transport.h"
@@ -165,6 +166,24 @@ bool rx_ok(const fi_rx_attr* h) {
          h->iov_limit <= kIovLimit;
 }
 
+// An auth_key fabq takes: none, or bytes that authenticate connections (prov/auth.h).
+bool auth_key_ok(const uint8_t* key, size_t size) {
+  return size <= kMaxAuthKeySize && (size == 0 || key != nullptr);
+}
+
+// A copy of the hints' key for the fi_info fabq returns (fi_freeinfo frees it); false when out
+// of memory.
+bool copy_auth_key(const uint8_t* key, size_t size, uint8_t** out, size_t* out_size) {
+  *out = nullptr;
+  *out_size = 0;
+  if (key == nullptr || size == 0) return true;
+  *out = static_cast<uint8_t*>(std::malloc(size));
+  if (*out == nullptr) return false;
+  std::memcpy(*out, key, size);
+  *out_size = size;
+  return true;
+}
+
 bool ep_ok(const fi_ep_attr* h) {
   if (h == nullptr) return true;
   const bool one_ctx = h->tx_ctx_cnt <= 1 && h->rx_ctx_cnt <= 1;
@@ -173,7 +192,7 @@ bool ep_ok(const fi_ep_attr* h) {
          (h->protocol == FI_PROTO_UNSPEC || h->protocol == kProtocol) &&
          h->protocol_version <= kProtocolVersion && h->max_msg_size <= kMaxMsgSize &&
          h->msg_prefix_size == 0 && h->max_order_raw_size == 0 && h->max_order_war_size == 0 &&
-         h->max_order_waw_size == 0 && one_ctx && h->auth_key_size == 0;
+         h->max_order_waw_size == 0 && one_ctx && auth_key_ok(h->auth_key, h->auth_key_size);
 }
 
 bool domain_ok(const fi_domain_attr* h, const Iface& iface) {
@@ -187,7 +206,8 @@ bool domain_ok(const fi_domain_attr* h, const Iface& iface) {
          h->tx_ctx_cnt <= kEpCount && h->rx_ctx_cnt <= kEpCount && h->max_ep_tx_ctx <= 1 &&
          h->max_ep_rx_ctx <= 1 && h->max_ep_stx_ctx == 0 && h->max_ep_srx_ctx <= 1 &&
          h->cntr_cnt <= p.cntr_max_count && h->mr_iov_limit <= 1 && subset(h->caps, kDomainCaps) &&
-         h->auth_key_size == 0 && h->max_err_data <= core::kCqMaxErrData && h->mr_cnt == 0;
+         auth_key_ok(h->auth_key, h->auth_key_size) && h->max_err_data <= core::kCqMaxErrData &&
+         h->mr_cnt == 0;
 }
 
 bool fabric_ok(const fi_fabric_attr* h, const Iface& iface) {
@@ -257,6 +277,9 @@ fi_info* make_info(uint32_t version, const fi_info* hints, fi_ep_type type, cons
   ep->msg_prefix_size = 0;
   ep->tx_ctx_cnt = 1;
   ep->rx_ctx_cnt = 1;
+  const fi_ep_attr* he = hints ? hints->ep_attr : nullptr;
+  const bool ep_key = he == nullptr || copy_auth_key(he->auth_key, he->auth_key_size, &ep->auth_key,
+                                                     &ep->auth_key_size);
 
   const Params& p = params();
   const fi_domain_attr* hd = hints ? hints->domain_attr : nullptr;
@@ -286,6 +309,8 @@ fi_info* make_info(uint32_t version, const fi_info* hints, fi_ep_type type, cons
   d->mode = 0;
   d->max_err_data = core::kCqMaxErrData;
   d->mr_cnt = 0;
+  const bool domain_key = hd == nullptr || copy_auth_key(hd->auth_key, hd->auth_key_size,
+                                                         &d->auth_key, &d->auth_key_size);
 
   fi_fabric_attr* f = info->fabric_attr;
   f->name = strdup(iface.fabric.c_str());
@@ -294,7 +319,7 @@ fi_info* make_info(uint32_t version, const fi_info* hints, fi_ep_type type, cons
   f->api_version = version;
 
   if (d->name == nullptr || f->name == nullptr || info->src_addr == nullptr ||
-      (dest && info->dest_addr == nullptr)) {
+      (dest && info->dest_addr == nullptr) || !ep_key || !domain_key) {
     fi_freeinfo(info);
     return nullptr;
   }

@@ -10,7 +10,8 @@
 namespace fabq::prov {
 namespace {
 
-Params g_params;
+// Never destroyed: threads of fabq's may read it at exit, until cleanup() has stopped them.
+Params& g_params = *new Params;
 
 // Sizes and counts must be positive; spin_us may be 0 (sleep at once).
 void define_and_read(const char* name, size_t* value, const char* help, bool allow_zero = false) {
@@ -92,6 +93,15 @@ extern "C" FI_EXT_INI {
                   "arrival and the end of their handshake (for a passive endpoint: until "
                   "fi_accept or fi_reject); one more is closed at once, which its peer sees as a "
                   "refusal");
+  fi_param_define(&fabq::prov::g_provider, "auth_key", FI_PARAM_STRING,
+                  "A secret shared by every process of the job: connections are made only "
+                  "between endpoints that prove they hold it (without sending it), unless an "
+                  "fi_info's auth_key says otherwise (default: none, peers are not "
+                  "authenticated)");
+  if (char* key = nullptr;
+      fi_param_get_str(&fabq::prov::g_provider, "auth_key", &key) == 0 && key != nullptr) {
+    g_params.auth_key = key;
+  }
   // Read at every fi_domain (so that it can differ between domains); defined here so that
   // `fi_info -e` lists it. Grammar: include/fabq/fi_fabq.h, docs/fi_fabq.7.md.
   fi_param_define(&fabq::prov::g_provider, "faults", FI_PARAM_STRING,

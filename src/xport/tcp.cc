@@ -18,6 +18,8 @@
 #include <deque>
 
 #include "core/deadline.h"
+#include "core/hmac.h"
+#include "prov/auth.h"
 #include "prov/domain.h"
 #include "prov/endpoint.h"
 #include "prov/eq.h"
@@ -44,6 +46,9 @@ constexpr int kMaxEvents = 64;
 constexpr int kIovBatch = 16;
 constexpr uint32_t kIn = EPOLLIN;
 constexpr uint32_t kOut = EPOLLOUT;
+// What each MAC of the authentication says (xport/wire.h), so that neither passes for the other.
+constexpr std::string_view kAcceptLabel = "fabq-auth-accept";
+constexpr std::string_view kRequestLabel = "fabq-auth-request";
 
 int64_t now_ns() {
   return core::monotonic_ns();
@@ -387,6 +392,7 @@ Conn::Conn(Engine* engine, prov::Endpoint* ep, core::UniqueFd fd, size_t max_pay
     : engine_(engine),
       ep_(ep),
       rdm_(ep != nullptr && ep->rdm()),
+      auth_(ep != nullptr ? ep->auth_key() : nullptr),
       fd_(std::move(fd)),
       framer_(max_payload),
       rbuf_(new unsigned char[kReadBuffer]),
@@ -530,10 +536,29 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
   peer_ = peer;
   // A peer on this host is offered shared memory; it takes it or not in its answer.
   if (prov::params().shm != 0 && is_local(peer)) seg_ = shm::Segment::create();
-  if (seg_.valid()) {
-    queue_ctrl_locked(wire::Op::kConnReq, 0, data, len, wire::kShmOffer, seg_.id(), seg_.nonce());
-  } else {
-    queue_ctrl_locked(wire::Op::kConnReq, 0, data, len);
+  uint32_t flags = seg_.valid() ? uint32_t{wire::kShmOffer} : 0u;
+  unsigned char req[wire::kMaxConnReq];
+  if (len > 0) std::memcpy(req, data, len);
+  size_t req_len = len;
+  if (auth_ != nullptr) {
+    // With a secret, the request carries this side's nonce and waits for a challenge.
+    if (!core::fill_random(nonce_c_, sizeof(nonce_c_)).ok()) {
+      if (!rdm_) return -FI_EIO;
+      set_state(State::kClosed);
+      refused_locked(FI_EIO, nullptr, 0);
+      return 0;
+    }
+    std::memcpy(req + len, nonce_c_, sizeof(nonce_c_));
+    req_len += sizeof(nonce_c_);
+    flags |= wire::kAuth;
+    auth_sent_ = true;
+  }
+  queue_ctrl_locked(wire::Op::kConnReq, 0, req, req_len, flags, seg_.valid() ? seg_.id() : 0,
+                    seg_.valid() ? seg_.nonce() : 0);
+  if (auth_sent_) {
+    // What both MACs vouch for: the request as it went out (name, data, offer and nonce).
+    const size_t frame = wire::kHeaderSize + req_len;
+    req_digest_ = core::Sha256::hash(ctrl_.data() + ctrl_.size() - frame, frame);
   }
   const int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&peer), sizeof(peer));
   const int e = rc == 0 ? 0 : errno;
@@ -572,6 +597,7 @@ void Conn::start_accepted(Acceptor* owner, bool passive) {
   std::lock_guard lock(mu_);
   owner_ = owner;
   pep_ = passive ? static_cast<PassiveEp*>(owner) : nullptr;
+  if (passive) auth_ = pep_->auth_key();
   inbound_ = !passive;
   set_socket_options(fd_.get());
   socklen_t len = sizeof(peer_);
@@ -583,7 +609,8 @@ void Conn::start_accepted(Acceptor* owner, bool passive) {
 
 bool Conn::in_handshake() const {
   const State s = state();
-  return s == State::kIncoming || s == State::kPending || s == State::kAccepted;
+  return s == State::kIncoming || s == State::kProving || s == State::kPending ||
+         s == State::kAccepted;
 }
 
 bool Conn::adopt(prov::Endpoint* ep) {
@@ -615,11 +642,11 @@ int Conn::reject(const void* data, size_t len) {
   std::lock_guard lock(mu_);
   owner_ = nullptr;  // handed over to fi_reject, which frees it
   pep_ = nullptr;
+  if (state() != State::kPending) return -FI_EOPBADSTATE;
   return reject_locked(data, len);
 }
 
 int Conn::reject_locked(const void* data, size_t len) {
-  if (state() != State::kPending) return -FI_EOPBADSTATE;
   queue_ctrl_locked(wire::Op::kConnReject, 0, data, len);
   flush_locked();
   close_socket_locked();
@@ -849,6 +876,7 @@ void Conn::on_deadline() {
       refused_locked(FI_ETIMEDOUT, nullptr, 0);
       break;
     case State::kIncoming:
+    case State::kProving:
       close_socket_locked();
       break;
     default:
@@ -1054,8 +1082,18 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
         ok = s == State::kIncoming;
         break;
       case wire::Op::kConnAccept:
+        // A side that asked to authenticate takes no accept from a peer that has not proved
+        // it holds the secret.
+        ok = s == State::kRequested && (!auth_sent_ || challenged_);
+        break;
       case wire::Op::kConnReject:
         ok = s == State::kRequested;
+        break;
+      case wire::Op::kChallenge:
+        ok = s == State::kRequested && auth_sent_ && !challenged_;
+        break;
+      case wire::Op::kProof:
+        ok = s == State::kProving;
         break;
       case wire::Op::kConnReady:
         ok = s == State::kAccepted;
@@ -1094,35 +1132,118 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
   return true;
 }
 
+// A request, authenticated if this side holds a secret: reported (MSG) or accepted (RDM).
+bool Conn::take_request_locked(const wire::Header& h, const unsigned char* data, size_t len) {
+  if (rdm_) {
+    // The peer endpoint's name, then accepted at once: an RDM endpoint takes every peer.
+    sockaddr_in name{};
+    if (len == sizeof(name)) std::memcpy(&name, data, sizeof(name));
+    if (name.sin_family != AF_INET) {
+      fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "an RDM request without a name");
+      return false;
+    }
+    peer_name_ = name;
+    map_offer_locked(h);
+    queue_accept_locked(nullptr, 0);
+    set_state(State::kAccepted);
+    engine_->set_deadline(this, connect_deadline());
+    return flush_locked();
+  }
+  // Mapped now, taken (or dropped) by fi_accept / fi_reject.
+  map_offer_locked(h);
+  set_state(State::kPending);
+  engine_->set_deadline(this, 0);
+  update_interest_locked();
+  // A request the passive endpoint cannot queue is refused at once: the peer is told, and
+  // nothing of it stays behind.
+  if (pep_ == nullptr || !pep_->request(this, data, len)) reject_locked(nullptr, 0);
+  return false;
+}
+
+core::Digest Conn::auth_mac_locked(std::string_view label) const {
+  core::HmacSha256 m = *auth_;
+  m.update(label.data(), label.size());
+  m.update(nonce_c_, sizeof(nonce_c_));
+  m.update(nonce_s_, sizeof(nonce_s_));
+  m.update(req_digest_.data(), req_digest_.size());
+  return m.final();
+}
+
+// The passive side of a request that must be authenticated: it is kept, unreported, until the
+// peer answers the challenge.
+bool Conn::challenge_locked(const wire::Header& h) {
+  if (auth_ == nullptr || (h.flags & wire::kAuth) == 0 || h.length < wire::kNonceSize) {
+    // One side holds a secret and the other does not: no connection either way.
+    FABQ_WARN(FI_LOG_EP_CTRL, "connection from %s:%u refused: %s\n", inet_ntoa(peer_.sin_addr),
+              ntohs(peer_.sin_port),
+              auth_ == nullptr ? "it asks to authenticate and this side holds no secret"
+                               : "it does not authenticate and this side holds a secret");
+    reject_locked(nullptr, 0);
+    return false;
+  }
+  held_req_ = h;
+  const size_t data_len = h.length - wire::kNonceSize;
+  std::memcpy(held_data_, cm_buf_, data_len);
+  std::memcpy(nonce_c_, cm_buf_ + data_len, wire::kNonceSize);
+  unsigned char hdr[wire::kHeaderSize];
+  wire::encode(h, hdr);
+  core::Sha256 digest;
+  digest.update(hdr, sizeof(hdr));
+  digest.update(cm_buf_, h.length);
+  req_digest_ = digest.final();
+  if (!core::fill_random(nonce_s_, sizeof(nonce_s_)).ok()) {
+    reject_locked(nullptr, 0);
+    return false;
+  }
+  unsigned char challenge[wire::kChallengeSize];
+  std::memcpy(challenge, nonce_s_, sizeof(nonce_s_));
+  const core::Digest mac = auth_mac_locked(kAcceptLabel);
+  std::memcpy(challenge + sizeof(nonce_s_), mac.data(), mac.size());
+  queue_ctrl_locked(wire::Op::kChallenge, 0, challenge, sizeof(challenge));
+  set_state(State::kProving);
+  return flush_locked();
+}
+
+// The active side, challenged: the peer proves it holds the secret, then this side does.
+bool Conn::prove_locked() {
+  if (framer_.header().length != wire::kChallengeSize) {
+    fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "a challenge of the wrong size");
+    return false;
+  }
+  std::memcpy(nonce_s_, cm_buf_, sizeof(nonce_s_));
+  if (!core::mac_equal(auth_mac_locked(kAcceptLabel).data(), cm_buf_ + sizeof(nonce_s_))) {
+    FABQ_WARN(FI_LOG_EP_CTRL, "connection to %s:%u refused: the peer did not prove the secret\n",
+              inet_ntoa(peer_.sin_addr), ntohs(peer_.sin_port));
+    reported_ = true;
+    close_socket_locked();
+    refused_locked(FI_ECONNREFUSED, nullptr, 0);
+    return false;
+  }
+  challenged_ = true;
+  const core::Digest proof = auth_mac_locked(kRequestLabel);
+  queue_ctrl_locked(wire::Op::kProof, 0, proof.data(), proof.size());
+  return flush_locked();
+}
+
 // Acts on a complete frame. False when the connection ended or stalled.
 bool Conn::frame_done_locked() {
   const wire::Header& h = framer_.header();
   switch (h.op) {
     case wire::Op::kConnReq:
-      if (rdm_) {
-        // The peer endpoint's name, then accepted at once: an RDM endpoint takes every peer.
-        sockaddr_in name{};
-        if (h.length == sizeof(name)) std::memcpy(&name, cm_buf_, sizeof(name));
-        if (name.sin_family != AF_INET) {
-          fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "an RDM request without a name");
-          return false;
-        }
-        peer_name_ = name;
-        map_offer_locked(h);
-        queue_accept_locked(nullptr, 0);
-        set_state(State::kAccepted);
-        engine_->set_deadline(this, connect_deadline());
-        return flush_locked();
+      return auth_ == nullptr && (h.flags & wire::kAuth) == 0
+                 ? take_request_locked(h, cm_buf_, h.length)
+                 : challenge_locked(h);
+    case wire::Op::kChallenge:
+      return prove_locked();
+    case wire::Op::kProof:
+      if (h.length != wire::kProofSize ||
+          !core::mac_equal(auth_mac_locked(kRequestLabel).data(), cm_buf_)) {
+        FABQ_WARN(FI_LOG_EP_CTRL, "connection from %s:%u refused: it did not prove the secret\n",
+                  inet_ntoa(peer_.sin_addr), ntohs(peer_.sin_port));
+        reject_locked(nullptr, 0);
+        return false;
       }
-      // Mapped now, taken (or dropped) by fi_accept / fi_reject.
-      map_offer_locked(h);
-      set_state(State::kPending);
-      engine_->set_deadline(this, 0);
-      update_interest_locked();
-      // A request the passive endpoint cannot queue is refused at once: the peer is told, and
-      // nothing of it stays behind.
-      if (pep_ == nullptr || !pep_->request(this, cm_buf_, h.length)) reject_locked(nullptr, 0);
-      return false;
+      return take_request_locked(held_req_, held_data_, held_req_.length - wire::kNonceSize);
     case wire::Op::kConnAccept:
       if ((h.flags & wire::kShmAccept) != 0) {
         if (!seg_.valid()) {
@@ -1335,6 +1456,7 @@ void Conn::peer_closed_locked() {
   if (!was_reported && s != State::kConnected) {
     switch (s) {
       case State::kIncoming:
+      case State::kProving:
       case State::kPending:
         break;  // its acceptor frees it (close_socket_locked)
       case State::kConnecting:
@@ -1706,7 +1828,7 @@ void Acceptor::sweep_locked() {
 // --- PassiveEp
 
 PassiveEp::PassiveEp(prov::Fabric* fabric, Engine* engine, const fi_info& info, void* context)
-    : Acceptor(engine), fabric_(fabric), info_(fi_dupinfo(&info)) {
+    : Acceptor(engine), fabric_(fabric), info_(fi_dupinfo(&info)), auth_(prov::auth_key_of(info)) {
   fabric_->hold();
   box_.pep.fid.fclass = FI_CLASS_PEP;
   box_.pep.fid.context = context;
@@ -1909,6 +2031,10 @@ std::unique_ptr<Conn> RdmListener::make_conn(core::UniqueFd fd) {
 
 void RdmListener::start(Conn* c) {
   c->start_accepted(this, /*passive=*/false);
+}
+
+const core::HmacSha256* RdmListener::auth_key() const {
+  return ep_->auth_key();
 }
 
 // A buffered message that came through one still owes its sender a delivery acknowledgement.

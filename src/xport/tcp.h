@@ -38,9 +38,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "core/hmac.h"
 #include "core/unique_fd.h"
 #include "prov/transport.h"
 #include "xport/shm.h"
@@ -191,6 +194,7 @@ class Conn final : public prov::Connection, public Pollable {
     kConnecting,  // TCP connect in progress
     kRequested,   // kConnReq sent, waiting for accept or reject
     kIncoming,    // passive: waiting for the peer's kConnReq
+    kProving,     // passive: kChallenge sent, waiting for the peer's kProof
     kPending,     // passive: kConnReq reported; waiting for fi_accept / fi_reject
     kAccepted,    // passive: kConnAccept sent, waiting for kConnReady
     kConnected,
@@ -208,7 +212,14 @@ class Conn final : public prov::Connection, public Pollable {
   void want_write_locked(bool on);
   void update_interest_locked();
   void fail_locked(int err, uint32_t event, const char* why);
+  // kConnReject with `data`, then closed.
   int reject_locked(const void* data, size_t len);
+  // A request (authenticated, if this side has a secret): reported or accepted.
+  bool take_request_locked(const wire::Header& h, const unsigned char* data, size_t len);
+  // Authentication (xport/wire.h): the passive side challenges, the active side proves.
+  bool challenge_locked(const wire::Header& h);
+  bool prove_locked();
+  core::Digest auth_mac_locked(std::string_view label) const;
   // The connection did not come up (refused, timed out, unreachable): an MSG endpoint hears of
   // it on its EQ; an RDM endpoint's sends to it fail.
   void refused_locked(int err, const void* data, size_t len);
@@ -228,8 +239,11 @@ class Conn final : public prov::Connection, public Pollable {
   void doorbell_locked();
 
   Engine* const engine_;
-  prov::Endpoint* ep_;         // null while passive and not adopted
-  const bool rdm_;             // an RDM endpoint's connection
+  prov::Endpoint* ep_;  // null while passive and not adopted
+  const bool rdm_;      // an RDM endpoint's connection
+  // The secret this side proves in the handshake (its endpoint's or passive endpoint's, which
+  // outlive it); null: peers are not authenticated.
+  const core::HmacSha256* auth_ = nullptr;
   bool inbound_ = false;       // RDM: accepted by the endpoint's listener (data flows in)
   Acceptor* owner_ = nullptr;  // accepted and not handed over: reaped by it once closed
   PassiveEp* pep_ = nullptr;   // owner_, when a passive endpoint
@@ -258,7 +272,16 @@ class Conn final : public prov::Connection, public Pollable {
   prov::Placement place_;
   bool have_place_ = false;
   size_t placed_ = 0;  // payload bytes of this frame consumed so far
-  unsigned char cm_buf_[wire::kMaxCmData];
+  unsigned char cm_buf_[wire::kMaxConnReq];
+  // Authentication: the nonces, the request both MACs vouch for, and (passive) the request
+  // held until the proof arrives.
+  bool auth_sent_ = false;   // active: kConnReq carried kAuth
+  bool challenged_ = false;  // active: the peer proved the secret; kProof sent
+  unsigned char nonce_c_[wire::kNonceSize] = {};
+  unsigned char nonce_s_[wire::kNonceSize] = {};
+  core::Digest req_digest_{};
+  wire::Header held_req_{};
+  unsigned char held_data_[wire::kMaxCmData];
   // Sends: a ring of submitted ops, then control frames written between data frames.
   std::vector<prov::TxOp*> sendq_;
   size_t send_head_ = 0;
@@ -316,6 +339,8 @@ class Acceptor : public Pollable {
   void on_deadline() override;
   // `c`, one of this acceptor's connections, has closed.
   void reap(Conn* c);
+  // The secret its connections prove (prov/auth.h); null when none.
+  virtual const core::HmacSha256* auth_key() const = 0;
 
  protected:
   explicit Acceptor(Engine* engine) : engine_(engine) {}
@@ -349,6 +374,7 @@ class PassiveEp final : public Acceptor {
   PassiveEp(prov::Fabric* fabric, Engine* engine, const fi_info& info, void* context);
   ~PassiveEp() override;
   fid_pep* handle();
+  const core::HmacSha256* auth_key() const override { return auth_ ? &*auth_ : nullptr; }
 
   // A Conn got its kConnReq: report FI_CONNREQ. False when the request cannot be queued (no EQ,
   // or the EQ has no room for it): the connection is then refused.
@@ -374,6 +400,7 @@ class PassiveEp final : public Acceptor {
   } box_{};
   prov::Fabric* const fabric_;
   fi_info* info_;
+  const std::optional<core::HmacSha256> auth_;
   prov::Eq* eq_ = nullptr;  // mu_
   sockaddr_in addr_{};      // mu_
   bool listening_ = false;  // mu_
@@ -388,6 +415,7 @@ class RdmListener final : public prov::Listener, public Acceptor {
 
   int getname(void* addr, size_t* len) override;
   void sweep() override;
+  const core::HmacSha256* auth_key() const override;
 
  private:
   std::unique_ptr<Conn> make_conn(core::UniqueFd fd) override;

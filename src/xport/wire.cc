@@ -22,8 +22,23 @@ bool is_data(Op op) {
   return op == Op::kMsg || op == Op::kTagged;
 }
 
-bool is_cm_with_data(Op op) {
-  return op == Op::kConnReq || op == Op::kConnAccept || op == Op::kConnReject;
+size_t length_limit(const Header& h, size_t max_payload) {
+  switch (h.op) {
+    case Op::kConnReq:
+      return (h.flags & kAuth) != 0 ? kMaxConnReq : kMaxCmData;
+    case Op::kConnAccept:
+    case Op::kConnReject:
+      return kMaxCmData;
+    case Op::kMsg:
+    case Op::kTagged:
+      return max_payload;
+    case Op::kChallenge:
+      return kChallengeSize;
+    case Op::kProof:
+      return kProofSize;
+    default:
+      return 0;
+  }
 }
 
 }  // namespace
@@ -63,7 +78,7 @@ Violation decode(const unsigned char* in, size_t max_payload, Header* out) {
   if (get<uint16_t>(in) != kMagic) return Violation::kBadMagic;
   if (in[2] != kVersion) return Violation::kBadVersion;
   const uint8_t op = in[3];
-  if (op < static_cast<uint8_t>(Op::kConnReq) || op > static_cast<uint8_t>(Op::kShutdown)) {
+  if (op < static_cast<uint8_t>(Op::kConnReq) || op > static_cast<uint8_t>(Op::kProof)) {
     return Violation::kUnknownOp;
   }
   Header h;
@@ -75,11 +90,10 @@ Violation decode(const unsigned char* in, size_t max_payload, Header* out) {
   h.data = get<uint64_t>(in + 24);
   uint32_t allowed = 0;
   if (is_data(h.op)) allowed = kDataFlags;
-  if (h.op == Op::kConnReq) allowed = kShmOffer;
+  if (h.op == Op::kConnReq) allowed = kShmOffer | kAuth;
   if (h.op == Op::kConnAccept) allowed = kShmAccept;
   if ((h.flags & ~allowed) != 0) return Violation::kBadFlags;
-  const size_t limit = is_data(h.op) ? max_payload : is_cm_with_data(h.op) ? kMaxCmData : 0;
-  if (h.length > limit) return Violation::kTooLong;
+  if (h.length > length_limit(h, max_payload)) return Violation::kTooLong;
   // A shared-memory offer names its segment in `tag` and proves it with `data`.
   const bool offer = (h.flags & kShmOffer) != 0;
   if (h.tag != 0 && h.op != Op::kTagged && !offer) return Violation::kUnusedField;

@@ -18,6 +18,17 @@
 // data); the active side confirms an accept with kConnReady, after which both sides are
 // connected. kShutdown announces an orderly close: the sender sends nothing after it.
 //
+// With a shared secret (fi_fabq(7) RELIABILITY AND SECURITY), the two sides prove they hold it
+// before anything else happens, without sending it: kConnReq carries kAuth and, after the
+// connect data, the active side's nonce Nc; the passive side answers kChallenge (its nonce Ns
+// and MAC_s); the active side checks MAC_s and answers kProof (MAC_c); only then does the
+// passive side act on the request (report FI_CONNREQ, or accept an RDM peer). With R the
+// SHA-256 of the kConnReq frame (header and payload) and K the secret:
+//   MAC_s = HMAC-SHA256(K, "fabq-auth-accept" || Nc || Ns || R)
+//   MAC_c = HMAC-SHA256(K, "fabq-auth-request" || Nc || Ns || R)
+// A side with a secret refuses (kConnReject) a request without kAuth; a side without one refuses
+// a request with it; an active side that sent kAuth takes no kConnAccept before kChallenge.
+//
 // Two endpoints on one host may move their frames through shared memory instead (xport/shm.h):
 // kConnReq then carries kShmOffer, `tag` naming the segment and `data` its nonce, and a
 // kConnAccept with kShmAccept takes the offer. The frame that ends the handshake in each
@@ -43,6 +54,12 @@ inline constexpr uint16_t kMagic = 0x7146;
 inline constexpr uint8_t kVersion = 1;
 // Connect, accept and reject data: the cm_data_size fabq advertises.
 inline constexpr size_t kMaxCmData = 256;
+// Authentication (kAuth): a nonce, a MAC, and what they make of the frames.
+inline constexpr size_t kNonceSize = 16;
+inline constexpr size_t kMacSize = 32;
+inline constexpr size_t kMaxConnReq = kMaxCmData + kNonceSize;  // kConnReq with kAuth
+inline constexpr size_t kChallengeSize = kNonceSize + kMacSize;
+inline constexpr size_t kProofSize = kMacSize;
 
 enum class Op : uint8_t {
   kConnReq = 1,       // payload: connect data (<= kMaxCmData)
@@ -54,16 +71,19 @@ enum class Op : uint8_t {
   kAckReceived = 7,   // no payload: message `seq` reached the peer's transport
   kAckDelivered = 8,  // no payload: message `seq` was placed in a receive buffer (or failed there)
   kShutdown = 9,      // no payload: the sender has closed its side
+  kChallenge = 10,    // payload: exactly kChallengeSize (Ns, MAC_s)
+  kProof = 11,        // payload: exactly kProofSize (MAC_c)
 };
 
-// Flags: kMsg and kTagged allow the data flags, kConnReq kShmOffer, kConnAccept kShmAccept;
-// other ops allow none.
+// Flags: kMsg and kTagged allow the data flags, kConnReq kShmOffer and kAuth, kConnAccept
+// kShmAccept; other ops allow none.
 enum Flag : uint32_t {
   kRemoteData = 1u << 0,     // `data` is FI_REMOTE_CQ_DATA for the receiver's completion
   kWantReceived = 1u << 1,   // the sender waits for kAckReceived (FI_TRANSMIT_COMPLETE)
   kWantDelivered = 1u << 2,  // the sender waits for kAckDelivered (FI_DELIVERY_COMPLETE)
   kShmOffer = 1u << 3,       // kConnReq only: a shared-memory segment is offered (tag, data)
   kShmAccept = 1u << 4,      // kConnAccept only: the offered segment is taken
+  kAuth = 1u << 5,           // kConnReq only: the payload ends with Nc; answer with kChallenge
 };
 inline constexpr uint32_t kDataFlags = kRemoteData | kWantReceived | kWantDelivered;
 
@@ -83,7 +103,8 @@ enum class Violation : uint8_t {
   kBadVersion,
   kUnknownOp,
   kBadFlags,     // a flag the op does not allow
-  kTooLong,      // length above the limit of the op (kMaxCmData, max_payload, or 0)
+  kTooLong,      // length above the limit of the op (kMaxCmData, max_payload, the fixed size
+                 // of kChallenge and kProof, or 0)
   kUnusedField,  // tag, data or seq nonzero where the op does not use it
 };
 const char* violation_str(Violation v);

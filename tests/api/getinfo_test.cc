@@ -555,6 +555,43 @@ TEST(Getinfo, TooLargeSizesGiveEnodata) {
   }
 }
 
+// fi_fabq(7) RELIABILITY AND SECURITY: an auth_key in the hints is the secret the endpoints
+// opened from the answer prove; each answer carries it back, as fi_getinfo(3) says of hints.
+TEST(Getinfo, AnAuthKeyInTheHintsIsTakenAndEchoed) {
+  const std::string key = "a shared secret";
+  for (const bool on_ep : {false, true}) {
+    auto hints = fabq_only_hints();
+    uint8_t** at = on_ep ? &hints->ep_attr->auth_key : &hints->domain_attr->auth_key;
+    size_t* size = on_ep ? &hints->ep_attr->auth_key_size : &hints->domain_attr->auth_key_size;
+    *at = reinterpret_cast<uint8_t*>(strdup(key.c_str()));
+    *size = key.size();
+    auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+    ASSERT_EQ(rc, 0) << (on_ep ? "ep_attr" : "domain_attr") << ": " << fi_strerror(-rc);
+    for (const fi_info* i : as_vector(info.get())) {
+      const uint8_t* got = on_ep ? i->ep_attr->auth_key : i->domain_attr->auth_key;
+      const size_t got_size = on_ep ? i->ep_attr->auth_key_size : i->domain_attr->auth_key_size;
+      ASSERT_EQ(got_size, key.size());
+      ASSERT_NE(got, nullptr);
+      EXPECT_EQ(std::string(reinterpret_cast<const char*>(got), got_size), key);
+    }
+  }
+}
+
+TEST(Getinfo, AnAuthKeyAboveTheLimitOrWithoutBytesGivesEnodata) {
+  {
+    auto hints = fabq_only_hints();
+    std::string big(1025, 'k');
+    hints->domain_attr->auth_key = reinterpret_cast<uint8_t*>(strdup(big.c_str()));
+    hints->domain_attr->auth_key_size = big.size();
+    expect_enodata(hints.get(), "domain_attr->auth_key of 1025 bytes");
+  }
+  {
+    auto hints = fabq_only_hints();
+    hints->ep_attr->auth_key_size = 16;  // and no key
+    expect_enodata(hints.get(), "ep_attr->auth_key_size without a key");
+  }
+}
+
 TEST(Getinfo, UnsupportedOrderingGivesEnodata) {
   {
     auto hints = fabq_only_hints();

@@ -256,6 +256,7 @@ struct Options {
   uint64_t tx_cq_flags = FI_TRANSMIT;  // | FI_SELECTIVE_COMPLETION
   uint64_t rx_cq_flags = FI_RECV;      // | FI_SELECTIVE_COMPLETION
   bool counters = false;               // a send counter (FI_SEND) and a receive counter (FI_RECV)
+  const char* auth_key = nullptr;      // hints' domain_attr->auth_key (its bytes), when set
 };
 
 // A CM event as fi_eq_read returns it: the entry, then the connection data.
@@ -320,6 +321,10 @@ class Side {
     hints->addr_format = FI_SOCKADDR_IN;
     // Every context the tests pass is a struct fi_context2.
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    if (opts_.auth_key != nullptr) {
+      hints->domain_attr->auth_key = reinterpret_cast<uint8_t*>(strdup(opts_.auth_key));
+      hints->domain_attr->auth_key_size = std::strlen(opts_.auth_key);
+    }
     const int rc = fi_getinfo(kVersion, node, service, flags, hints, out);
     fi_freeinfo(hints);
     return rc;

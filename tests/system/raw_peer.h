@@ -41,9 +41,12 @@ enum Op : uint8_t {
   kMsg = 5,
   kTagged = 6,
   kShutdown = 9,
+  kChallenge = 10,
+  kProof = 11,
 };
 constexpr uint32_t kShmOffer = 1u << 3;   // kConnReq: tag names a segment, data is its nonce
 constexpr uint32_t kShmAccept = 1u << 4;  // kConnAccept: the offer is taken
+constexpr uint32_t kAuth = 1u << 5;       // kConnReq: the payload ends with a 16-byte nonce
 
 struct Header {
   uint16_t magic = kMagic;
@@ -149,6 +152,7 @@ class RawConnection {
     }
     return false;
   }
+  int fd() const { return fd_; }
   // One byte that is not a frame: after the handshake of a shared-memory connection, a doorbell.
   bool doorbell() { return send_all(std::string(1, '\0')); }
   void close_now() {

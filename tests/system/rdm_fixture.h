@@ -14,13 +14,18 @@ namespace fabq::systest {
 // both directions, the endpoint listening on 127.0.0.1 at a port the system picks.
 class Rdm {
  public:
-  Rdm() {
+  // `auth_key`: the hints' domain_attr->auth_key (its bytes), when set.
+  explicit Rdm(const char* auth_key = nullptr) {
     fi_info* hints = fi_allocinfo();
     hints->fabric_attr->prov_name = strdup(provider());
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = FI_TAGGED | FI_MSG | FI_SOURCE;
     hints->addr_format = FI_SOCKADDR_IN;
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    if (auth_key != nullptr) {
+      hints->domain_attr->auth_key = reinterpret_cast<uint8_t*>(strdup(auth_key));
+      hints->domain_attr->auth_key_size = std::strlen(auth_key);
+    }
     const int rc = fi_getinfo(kVersion, "127.0.0.1", "0", FI_SOURCE, hints, &info_);
     fi_freeinfo(hints);
     if (!check(rc, "fi_getinfo(FI_EP_RDM)")) return;

@@ -18,9 +18,9 @@ using Bytes = std::vector<unsigned char>;
 
 constexpr size_t kMaxPayload = 4096;  // the receiver's max_msg_size in these tests
 
-constexpr Op kAllOps[] = {Op::kConnReq,     Op::kConnAccept,   Op::kConnReject,
-                          Op::kConnReady,   Op::kMsg,          Op::kTagged,
-                          Op::kAckReceived, Op::kAckDelivered, Op::kShutdown};
+constexpr Op kAllOps[] = {Op::kConnReq,  Op::kConnAccept, Op::kConnReject,  Op::kConnReady,
+                          Op::kMsg,      Op::kTagged,     Op::kAckReceived, Op::kAckDelivered,
+                          Op::kShutdown, Op::kChallenge,  Op::kProof};
 constexpr Op kCmDataOps[] = {Op::kConnReq, Op::kConnAccept, Op::kConnReject};
 constexpr Op kDataOps[] = {Op::kMsg, Op::kTagged};
 constexpr Op kNoPayloadOps[] = {Op::kConnReady, Op::kAckReceived, Op::kAckDelivered, Op::kShutdown};
@@ -49,6 +49,10 @@ const char* op_name(Op op) {
       return "AckDelivered";
     case Op::kShutdown:
       return "Shutdown";
+    case Op::kChallenge:
+      return "Challenge";
+    case Op::kProof:
+      return "Proof";
   }
   return "Unknown";
 }
@@ -73,6 +77,12 @@ Header full_header(Op op) {
       h.length = kMaxPayload;
       h.data = 0xfeedfacecafebeefull;
       if (op == Op::kTagged) h.tag = 0x8877665544332211ull;
+      break;
+    case Op::kChallenge:
+      h.length = kChallengeSize;
+      break;
+    case Op::kProof:
+      h.length = kProofSize;
       break;
     default:
       break;
@@ -205,6 +215,12 @@ TEST(WireLayout, OpsAndFlagsHaveTheirDocumentedValues) {
   EXPECT_EQ(kHeaderSize, 32u);
   EXPECT_EQ(static_cast<int>(Op::kConnReq), 1);
   EXPECT_EQ(static_cast<int>(Op::kShutdown), 9);
+  EXPECT_EQ(static_cast<int>(Op::kChallenge), 10);
+  EXPECT_EQ(static_cast<int>(Op::kProof), 11);
+  EXPECT_EQ(kAuth, 32u);
+  EXPECT_EQ(kChallengeSize, 48u);
+  EXPECT_EQ(kProofSize, 32u);
+  EXPECT_EQ(kMaxConnReq, kMaxCmData + 16);
   EXPECT_EQ(kRemoteData, 1u);
   EXPECT_EQ(kWantReceived, 2u);
   EXPECT_EQ(kWantDelivered, 4u);
@@ -231,8 +247,8 @@ TEST(WireDecode, AnyVersionButOneIsBadVersion) {
   }
 }
 
-TEST(WireDecode, OpOutsideOneToNineIsUnknownOp) {
-  for (const unsigned op : {0u, 10u, 255u}) {
+TEST(WireDecode, OpOutsideOneToElevenIsUnknownOp) {
+  for (const unsigned op : {0u, 12u, 255u}) {
     Bytes b = encoded(Header{.op = Op::kConnReady});
     b[3] = static_cast<unsigned char>(op);
     EXPECT_EQ(decode_bytes(b), Violation::kUnknownOp) << "op " << op;
@@ -278,6 +294,39 @@ TEST(WireDecode, CmOpsTakeUpToMaxCmDataAndNoMore) {
     EXPECT_EQ(decode_bytes(encoded(h)), Violation::kNone) << op_name(op);
     h.length = kMaxCmData + 1;
     EXPECT_EQ(decode_bytes(encoded(h)), Violation::kTooLong) << op_name(op);
+  }
+}
+
+TEST(WireDecode, AnAuthenticatingRequestTakesItsNonceBeyondMaxCmData) {
+  Header h = full_header(Op::kConnReq);
+  h.flags = kAuth;
+  h.length = kMaxConnReq;
+  EXPECT_EQ(decode_bytes(encoded(h)), Violation::kNone);
+  h.length = kMaxConnReq + 1;
+  EXPECT_EQ(decode_bytes(encoded(h)), Violation::kTooLong);
+  h.flags = kAuth | kShmOffer;
+  h.length = kMaxConnReq;
+  h.tag = 7;
+  h.data = 9;
+  EXPECT_EQ(decode_bytes(encoded(h)), Violation::kNone) << "an offer may authenticate too";
+}
+
+TEST(WireDecode, AuthOnAnyOpButConnReqIsBadFlags) {
+  for (const Op op : kAllOps) {
+    if (op == Op::kConnReq) continue;
+    Header h = full_header(op);
+    h.flags |= kAuth;
+    EXPECT_EQ(decode_bytes(encoded(h)), Violation::kBadFlags) << op_name(op);
+  }
+}
+
+TEST(WireDecode, ChallengeAndProofCarryNoMoreThanTheirFixedSize) {
+  for (const Op op : {Op::kChallenge, Op::kProof}) {
+    Header h = full_header(op);
+    EXPECT_EQ(decode_bytes(encoded(h), nullptr, /*max=*/0), Violation::kNone) << op_name(op);
+    ++h.length;
+    EXPECT_EQ(decode_bytes(encoded(h), nullptr, /*max=*/1u << 20), Violation::kTooLong)
+        << op_name(op);
   }
 }
 
@@ -442,9 +491,9 @@ TEST(WireShm, ShmAcceptLetsNeitherTagNorDataThrough) {
   EXPECT_EQ(decode_bytes(encoded(h)), Violation::kUnusedField) << "data";
 }
 
-TEST(WireShm, ConnReqAndConnAcceptAllowNoFlagBesideTheirShmFlag) {
+TEST(WireShm, ConnReqAndConnAcceptAllowNoFlagBesideTheirShmAndAuthFlags) {
   for (const uint32_t extra : {uint32_t{kRemoteData}, uint32_t{kWantReceived},
-                               uint32_t{kWantDelivered}, 1u << 5, 1u << 31}) {
+                               uint32_t{kWantDelivered}, 1u << 6, 1u << 31}) {
     Header req = shm_offer();
     req.flags |= extra;
     EXPECT_EQ(decode_bytes(encoded(req)), Violation::kBadFlags) << "ConnReq flag " << extra;

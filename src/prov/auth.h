@@ -1,0 +1,34 @@
+// fabq provider: the shared secret that authenticates the two ends of every connection
+// (fi_fabq(7) RELIABILITY AND SECURITY).
+//
+// Without a secret, a peer is whoever connects: it can announce any name (fi_cq_readfrom then
+// names whichever fi_addr_t has that address) and its messages consume posted receives. With one,
+// both ends prove in the connection handshake that they hold it (HMAC-SHA256 over fresh nonces
+// of both sides and the request itself, xport/wire.h; the secret never crosses the wire), and a
+// peer that cannot is refused before anything it sends is reported, placed or accepted.
+//
+// Where the secret comes from, first found: the auth_key of the fi_info's ep_attr, then of its
+// domain_attr (libfabric's attributes, as given in the hints to fi_getinfo), then the
+// FI_FABQ_AUTH_KEY parameter (its bytes, for every endpoint of the process).
+//
+// Threads: a key is immutable once made; any thread may use it through a copy (HmacSha256 is
+// a value).
+#pragma once
+
+#include <rdma/fabric.h>
+
+#include <cstddef>
+#include <optional>
+
+#include "core/hmac.h"
+
+namespace fabq::prov {
+
+// The largest auth_key fabq accepts (fi_getinfo refuses hints with a larger one).
+inline constexpr size_t kMaxAuthKeySize = 1024;
+
+// The secret, keyed for HMAC, that connections of an endpoint or passive endpoint opened with
+// `info` prove; nullopt when there is none.
+std::optional<core::HmacSha256> auth_key_of(const fi_info& info);
+
+}  // namespace fabq::prov
