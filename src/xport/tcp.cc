@@ -619,6 +619,7 @@ bool Conn::adopt(prov::Endpoint* ep) {
   pep_ = nullptr;
   if (state() != State::kPending || ep_ != nullptr) return false;
   ep_ = ep;
+  auth_ = ep->auth_key();  // the passive endpoint's may go before it
   framer_ = wire::Framer(ep->max_msg_size());
   return true;
 }

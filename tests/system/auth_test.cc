@@ -75,37 +75,31 @@ TEST(Auth, EndpointsThatShareTheSecretConnectAndExchangeMessages) {
   EXPECT_EQ(client.join(&s), 0);
 }
 
-TEST(Auth, APeerWithoutTheSecretIsRefusedBeforeTheApplicationHearsOfIt) {
-  SKIP_UNLESS_FABQ();
-  Peer client([](Link& link) { connects_and_is_refused(link, Options{}); });
-  Side s(Options{.auth_key = kSecret});
+// A server with `server` connected by a client with `client`: the client is refused, the server
+// never hears of it.
+void refused_and_never_reported(Options server, Options client) {
+  Peer peer([client](Link& link) { connects_and_is_refused(link, client); });
+  Side s(server);
   const uint16_t port = s.listen();
   ASSERT_NE(port, 0);
-  ASSERT_TRUE(client.link().put_u64(port));
-  never_hears_of_it(s, client.link());
-  EXPECT_EQ(client.join(&s), 0);
+  ASSERT_TRUE(peer.link().put_u64(port));
+  never_hears_of_it(s, peer.link());
+  EXPECT_EQ(peer.join(&s), 0);
+}
+
+TEST(Auth, APeerWithoutTheSecretIsRefusedBeforeTheApplicationHearsOfIt) {
+  SKIP_UNLESS_FABQ();
+  refused_and_never_reported(Options{.auth_key = kSecret}, Options{});
 }
 
 TEST(Auth, APeerWithAnotherSecretIsRefusedBeforeTheApplicationHearsOfIt) {
   SKIP_UNLESS_FABQ();
-  Peer client([](Link& link) { connects_and_is_refused(link, Options{.auth_key = kOtherSecret}); });
-  Side s(Options{.auth_key = kSecret});
-  const uint16_t port = s.listen();
-  ASSERT_NE(port, 0);
-  ASSERT_TRUE(client.link().put_u64(port));
-  never_hears_of_it(s, client.link());
-  EXPECT_EQ(client.join(&s), 0);
+  refused_and_never_reported(Options{.auth_key = kSecret}, Options{.auth_key = kOtherSecret});
 }
 
 TEST(Auth, AServerWithoutASecretRefusesAPeerThatAsksToAuthenticate) {
   SKIP_UNLESS_FABQ();
-  Peer client([](Link& link) { connects_and_is_refused(link, Options{.auth_key = kSecret}); });
-  Side s;
-  const uint16_t port = s.listen();
-  ASSERT_NE(port, 0);
-  ASSERT_TRUE(client.link().put_u64(port));
-  never_hears_of_it(s, client.link());
-  EXPECT_EQ(client.join(&s), 0);
+  refused_and_never_reported(Options{}, Options{.auth_key = kSecret});
 }
 
 TEST(Auth, AWrongAnswerToTheChallengeIsRefusedAndNeverReported) {
