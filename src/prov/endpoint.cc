@@ -558,14 +558,6 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
     std::memcpy(&d, info.dest_addr, sizeof(d));
     dest_ = d;
   }
-  if (info.handle != nullptr && info.handle->fclass == FI_CLASS_CONNREQ) {
-    conn_handle_ = info.handle;
-  } else if (info.handle != nullptr && info.handle->fclass == FI_CLASS_PEP) {
-    // fi_endpoint(3): an active endpoint may take over a passive endpoint's address.
-    sockaddr_in a{};
-    size_t len = sizeof(a);
-    if (fi_getname(info.handle, &a, &len) == 0 && a.sin_family == AF_INET) src_ = a;
-  }
   tx_free_.reserve(tx_size_);
   for (size_t i = tx_size_; i-- > 0;) tx_free_.push_back(static_cast<uint32_t>(i));
 }
@@ -576,6 +568,7 @@ Endpoint::~Endpoint() {
   {
     std::lock_guard lock(mu_);
     closing_ = true;
+    stalled_.clear();  // its connections go in step 4: nothing may resume them after
   }
   Cq* const cq = rx_cq();
   // 2. Out of the SRX's hands: no SRX post takes a message that came through here, or walks
@@ -1028,6 +1021,18 @@ void Endpoint::unplace(Placement* p) {
   if (srx_ != nullptr) {
     if (Cq* cq = rx_cq(); cq != nullptr) cq->queue().cancel_reservation(1);
     back->owner = nullptr;
+  }
+  if (closing_) {
+    // The endpoint's connections are being destroyed, one of them calling this: its own
+    // receives go with it, and no other connection of it may be touched (a buffered message's
+    // may be gone). A shared receive is matched only with messages of other endpoints (this
+    // one's are orphaned), whose connections stay.
+    if (srx_ == nullptr) {
+      queue_.post_front(*back);
+    } else {
+      give_back_locked(srx_->queue_, /*shared=*/true, *back);
+    }
+    return;
   }
   give_back_locked(queue_locked(), srx_ != nullptr, *back);
   // A connection that stalled for want of a receive may take this one. Resuming only schedules
@@ -1501,10 +1506,17 @@ int open_endpoint(fid_domain* domain_fid, fi_info* info, fid_ep** out, void* con
     return -FI_EINVAL;
   }
   if (domain->failed()) return -FI_EOPBADSTATE;
+  // The handle is looked up, not read: it may name an object the application closed.
+  sockaddr_in pep_name{};
+  const HandleKind kind = classify_handle(info->handle, &pep_name);
+  if (kind == HandleKind::kUnknown) return -FI_EINVAL;
   Endpoint* e = make_object<Endpoint>(domain, *info, context);
   if (e == nullptr) return -FI_ENOMEM;
-  if (info->handle != nullptr && info->handle->fclass == FI_CLASS_CONNREQ) {
+  // fi_endpoint(3): an active endpoint may take over a passive endpoint's address.
+  if (kind == HandleKind::kPassiveEp && pep_name.sin_family == AF_INET) e->src_ = pep_name;
+  if (kind == HandleKind::kConnReq) {
     // Opened from an FI_CONNREQ: the endpoint takes over the pending connection.
+    e->conn_handle_ = info->handle;
     int err = 0;
     e->conn_.reset(make_connection(e, info->handle, &err));
     if (e->conn_ == nullptr) {

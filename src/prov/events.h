@@ -27,6 +27,7 @@
 
 #include "core/async_channel.h"
 #include "core/fault_spec.h"
+#include "core/lazy_global.h"
 #include "fabq/fi_fabq.h"
 
 namespace fabq::prov {
@@ -96,9 +97,10 @@ void raise(Domain* domain, AsyncTarget* target, uint32_t type);
 // Each of `types`, in order (what a counted operation's fault triggers decided).
 void raise(Domain* domain, AsyncTarget* target, const std::vector<uint32_t>& types);
 
-// For code that holds a transport, connection, endpoint or SRX lock: queues the events on the
-// calling thread; raise_deferred(), called once those locks are released, raises them on the
-// objects that are still open (a closed object's queued events are dropped with it).
+// For code that holds a transport, connection, endpoint or SRX lock: queues the events;
+// raise_deferred(), called once the caller's locks are released (by it, or by any other thread
+// that holds none), raises them, in the order they were queued, on the objects that are still
+// open (a closed object's queued events are dropped with it).
 void raise_later(Domain* domain, AsyncTarget* target, uint32_t type);
 void raise_later(Domain* domain, AsyncTarget* target, const std::vector<uint32_t>& types);
 void raise_deferred();
@@ -126,14 +128,16 @@ class Registry {
             const std::shared_ptr<const core::FaultRule>& rule);
   // The provider is being unloaded (fi_provider::cleanup): stops and joins the link monitor's
   // and the fault timers' threads, whatever is still open, since their code is about to be
-  // unmapped. Domains left open report no more port events or timed faults. Any thread that
-  // holds none of fabq's locks.
-  void shutdown();
+  // unmapped, then frees the registry. Domains left open report no more port or device events
+  // or timed faults. Call once nothing else of fabq's runs (the transport's threads stopped).
+  static void unload();
 
  private:
   struct Impl;
+  friend class core::LazyGlobal<Registry>;
   Registry();
-  ~Registry() = delete;  // lives until the process ends: threads may still look it up at exit
+  ~Registry();
+  void stop_threads();
   std::unique_ptr<Impl> impl_;
 };
 

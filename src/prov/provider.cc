@@ -10,8 +10,7 @@
 namespace fabq::prov {
 namespace {
 
-// Never destroyed: threads of fabq's may read it at exit, until cleanup() has stopped them.
-Params& g_params = *new Params;
+Params g_params;
 
 // Sizes and counts must be positive; spin_us may be 0 (sleep at once).
 void define_and_read(const char* name, size_t* value, const char* help, bool allow_zero = false) {
@@ -29,8 +28,8 @@ void define_and_read(const char* name, size_t* value, const char* help, bool all
 // libfabric calls this before it unloads the provider (fi_fini, at exit): no thread fabq started
 // may run its code after that, whatever the application left open.
 void cleanup() {
-  stop_transport_threads();
-  Registry::get().shutdown();
+  unload_transport();
+  Registry::unload();
 }
 
 }  // namespace

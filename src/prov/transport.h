@@ -168,18 +168,31 @@ class Transport {
   virtual void end_wait() = 0;
 };
 
+// What an fi_info's `handle` names.
+enum class HandleKind : uint8_t {
+  kNone,       // no handle
+  kConnReq,    // a connection request (FI_CONNREQ's info)
+  kPassiveEp,  // an open passive endpoint, whose address an active endpoint may take over
+  kUnknown,    // nothing the transport has open: foreign, or an object already closed
+};
+
 // Entry points the transport layer defines.
 // The fabric's transport, created on first use; never null.
 Transport* make_transport(Fabric* fabric);
+// What `handle` names, found by looking it up among the transport's requests and open passive
+// endpoints, so that a stale or foreign handle is never read. For kPassiveEp, *pep_name is its
+// address.
+HandleKind classify_handle(fid_t handle, sockaddr_in* pep_name);
 // A connection for `ep`: fresh (for fi_connect), or adopting the pending request `handle`
 // (the fi_info handle of an FI_CONNREQ). Null with *err set on failure.
 Connection* make_connection(Endpoint* ep, fid_t handle, int* err);
 // fi_passive_ep.
 int open_passive_ep(fid_fabric* fabric, fi_info* info, fid_pep** pep, void* context);
 // The provider is being unloaded: stops and joins every progress thread of every fabric, open
-// or not (their code is about to be unmapped). Fabrics left open make no more progress of their
-// own.
-void stop_transport_threads();
+// or not (their code is about to be unmapped), and frees what the transport keeps for the whole
+// process. Fabrics left open make no more progress of their own; nothing of the transport may be
+// used afterwards.
+void unload_transport();
 // An RDM endpoint's listener at `addr` (port 0: one the kernel picks). Null with *err set
 // (-FI_EADDRINUSE, -FI_EINVAL, -FI_EIO) on failure.
 Listener* open_listener(Endpoint* ep, const sockaddr_in& addr, int* err);

@@ -19,6 +19,7 @@
 
 #include "core/deadline.h"
 #include "core/hmac.h"
+#include "core/lazy_global.h"
 #include "prov/auth.h"
 #include "prov/domain.h"
 #include "prov/endpoint.h"
@@ -123,15 +124,14 @@ int fi_errno_of(int e) {
   }
 }
 
-// Every engine of the process, so that the provider's unload can stop their threads. Never
-// destroyed: it is used at exit.
+// Every engine of the process, so that the provider's unload can stop their threads.
 struct Engines {
   std::mutex mu;
   std::vector<Engine*> all;
 };
+core::LazyGlobal<Engines> g_engines;
 Engines& engines() {
-  static auto* e = new Engines;
-  return *e;
+  return g_engines.get();
 }
 
 }  // namespace
@@ -1273,7 +1273,9 @@ bool Conn::frame_done_locked() {
     case wire::Op::kConnReject:
       reported_ = true;
       close_socket_locked();
-      refused_locked(FI_ECONNREFUSED, cm_buf_, h.length);
+      // A peer that has not proved the secret refuses, but its words are not reported.
+      refused_locked(FI_ECONNREFUSED, auth_sent_ && !challenged_ ? nullptr : cm_buf_,
+                     auth_sent_ && !challenged_ ? 0 : h.length);
       return false;
     case wire::Op::kConnReady:
       engine_->set_deadline(this, 0);
@@ -1627,13 +1629,14 @@ inline constexpr size_t kReuseAfter = 256;
 
 struct ConnReqPool {
   std::mutex mu;
-  std::deque<ConnReq*> finished;  // oldest first
+  std::vector<std::unique_ptr<ConnReq>> all;  // every request ever made, for the unload
+  std::deque<ConnReq*> finished;              // oldest first
 };
 
-// Never destroyed: handles stay readable until the process ends.
+// Freed only when the provider is unloaded: handles stay readable until then.
+core::LazyGlobal<ConnReqPool> g_conn_reqs;
 ConnReqPool& conn_req_pool() {
-  static auto* pool = new ConnReqPool;
-  return *pool;
+  return g_conn_reqs.get();
 }
 
 fi_ops g_conn_req_ops = {
@@ -1649,10 +1652,15 @@ fi_ops g_conn_req_ops = {
 }  // namespace
 
 ConnReq* ConnReq::of(fid_t handle) {
-  if (handle == nullptr || handle->fclass != FI_CLASS_CONNREQ || handle->ops != &g_conn_req_ops) {
-    return nullptr;
+  if (handle == nullptr) return nullptr;
+  // Looked up, not read: `handle` may be anything the application passed.
+  ConnReqPool* pool = g_conn_reqs.if_made();
+  if (pool == nullptr) return nullptr;
+  std::lock_guard lock(pool->mu);
+  for (const auto& r : pool->all) {
+    if (&r->fid_ == handle) return r.get();
   }
-  return reinterpret_cast<ConnReq*>(handle);  // fid_ is the first member
+  return nullptr;
 }
 
 ConnReq* ConnReq::open(Engine* engine, PassiveEp* pep, Conn* conn, const fi_info* info) {
@@ -1663,7 +1671,7 @@ ConnReq* ConnReq::open(Engine* engine, PassiveEp* pep, Conn* conn, const fi_info
     req = pool.finished.front();
     pool.finished.pop_front();
   } else {
-    req = new ConnReq;
+    req = pool.all.emplace_back(std::make_unique<ConnReq>()).get();
     req->fid_.fclass = FI_CLASS_CONNREQ;
     req->fid_.ops = &g_conn_req_ops;
   }
@@ -1828,6 +1836,17 @@ void Acceptor::sweep_locked() {
 
 // --- PassiveEp
 
+namespace {
+
+// The open passive endpoints, so that a handle can be recognised as one without being read.
+struct PassiveEps {
+  std::mutex mu;  // taken before a passive endpoint's own lock
+  std::vector<PassiveEp*> all;
+};
+core::LazyGlobal<PassiveEps> g_peps;
+
+}  // namespace
+
 PassiveEp::PassiveEp(prov::Fabric* fabric, Engine* engine, const fi_info& info, void* context)
     : Acceptor(engine), fabric_(fabric), info_(fi_dupinfo(&info)), auth_(prov::auth_key_of(info)) {
   fabric_->hold();
@@ -1841,9 +1860,30 @@ PassiveEp::PassiveEp(prov::Fabric* fabric, Engine* engine, const fi_info& info, 
   if (info.src_addr != nullptr && info.src_addrlen >= sizeof(sockaddr_in)) {
     std::memcpy(&addr_, info.src_addr, sizeof(addr_));
   }
+  PassiveEps& peps = g_peps.get();
+  std::lock_guard lock(peps.mu);
+  peps.all.push_back(this);
+}
+
+bool PassiveEp::name_if_open(fid_t handle, sockaddr_in* name) {
+  PassiveEps* peps = g_peps.if_made();
+  if (peps == nullptr) return false;
+  std::lock_guard lock(peps->mu);
+  for (PassiveEp* p : peps->all) {
+    if (&p->box_.pep.fid != handle) continue;
+    std::lock_guard plock(p->mu_);
+    *name = p->addr_;
+    return true;
+  }
+  return false;
 }
 
 PassiveEp::~PassiveEp() {
+  {
+    PassiveEps& peps = g_peps.get();
+    std::lock_guard lock(peps.mu);
+    std::erase(peps.all, this);
+  }
   {
     // Under the engine lock, which make_connection() and reject() hold while they take a
     // request: each request is taken before this, or ended here.
@@ -2054,6 +2094,13 @@ Transport* make_transport(Fabric* fabric) {
   return new xport::Engine();
 }
 
+HandleKind classify_handle(fid_t handle, sockaddr_in* pep_name) {
+  if (handle == nullptr) return HandleKind::kNone;
+  if (xport::ConnReq::of(handle) != nullptr) return HandleKind::kConnReq;
+  if (xport::PassiveEp::name_if_open(handle, pep_name)) return HandleKind::kPassiveEp;
+  return HandleKind::kUnknown;
+}
+
 Connection* make_connection(Endpoint* ep, fid_t handle, int* err) {
   Fabric* fabric = ep->domain()->fabric();
   auto* engine = static_cast<xport::Engine*>(fabric->transport());
@@ -2085,9 +2132,15 @@ Connection* make_connection(Endpoint* ep, fid_t handle, int* err) {
   return conn.release();
 }
 
-void stop_transport_threads() {
-  std::lock_guard lock(xport::engines().mu);
-  for (xport::Engine* e : xport::engines().all) e->stop_thread();
+void unload_transport() {
+  if (xport::Engines* e = xport::g_engines.if_made()) {
+    std::lock_guard lock(e->mu);
+    for (xport::Engine* engine : e->all) engine->stop_thread();
+  }
+  // Nothing of fabq's runs any more: the process-wide state goes with the provider.
+  xport::g_engines.free();
+  xport::g_conn_reqs.free();
+  xport::g_peps.free();
 }
 
 Listener* open_listener(Endpoint* ep, const sockaddr_in& addr, int* err) {

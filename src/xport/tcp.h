@@ -382,6 +382,9 @@ class PassiveEp final : public Acceptor {
   // The connection of a pending request of this passive endpoint, taken out of it (fi_endpoint
   // or fi_reject); null if it is not one of its own.
   std::unique_ptr<Conn> take(Conn* conn);
+  // If `handle` is an open passive endpoint's fid: true, and its address in *name. `handle` is
+  // compared, never read. Any thread.
+  static bool name_if_open(fid_t handle, sockaddr_in* name);
 
  private:
   friend struct PepOps;

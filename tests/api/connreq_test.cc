@@ -116,6 +116,22 @@ TEST_F(ConnReq, ClosingThePassiveEndpointWithAnUnreadRequestPurgesItAndRefusesTh
   client_is_refused(FI_ECONNREFUSED);
 }
 
+// fi_endpoint(3) lets an active endpoint take over a passive endpoint's address through
+// info->handle; once that passive endpoint is closed, the handle names nothing, and fabq looks
+// it up instead of reading it.
+TEST_F(ConnReq, AClosedPassiveEndpointAsTheHandleIsEinval) {
+  fi_info* info = fi_dupinfo(info_);
+  ASSERT_NE(info, nullptr);
+  info->handle = &pep_->fid;
+  fid_ep* ep = nullptr;
+  ASSERT_EQ(fi_endpoint(domain_, info, &ep, nullptr), 0) << "an open one is taken over";
+  ASSERT_EQ(fi_close(&ep->fid), 0);
+  close_pep();
+  EXPECT_EQ(fi_endpoint(domain_, info, &ep, nullptr), -FI_EINVAL);
+  info->handle = nullptr;
+  fi_freeinfo(info);
+}
+
 TEST_F(ConnReq, AHandleThatIsNotARequestIsEinval) {
   fi_info* info = fi_dupinfo(info_);
   ASSERT_NE(info, nullptr);

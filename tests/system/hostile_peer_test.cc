@@ -458,5 +458,61 @@ TEST(HostilePeer, AnRdmReceiveTakenByAHalfMessageOfADyingPeerTakesAMessageThatCa
   EXPECT_EQ(sender.join(), 0);
 }
 
+// A raw peer that connects to `r` as an RDM endpoint announcing 127.0.0.1:`port` would.
+bool rdm_handshake(Rdm& r, RawConnection& raw, uint16_t port) {
+  if (!raw.connect_to(ntohs(r.name().sin_port))) return false;
+  sockaddr_in me = r.name();
+  me.sin_port = htons(port);
+  if (!raw.send_all(conn_req(std::string(reinterpret_cast<char*>(&me), sizeof(me))))) {
+    return false;
+  }
+  for (auto t0 = Clock::now(); ms_since(t0) < 200;) r.progress();
+  unsigned char h[kHeaderSize];
+  if (!raw.recv_exact(h, sizeof(h)) || h[3] != kConnAccept) return false;
+  return raw.send_all(encode(Header{.op = kConnReady}));
+}
+
+// Closing an endpoint destroys its connections one by one; the one inside a message gives back
+// its receive, which must neither take a buffered message (whose connection may be gone
+// already: its delivery acknowledgement would go through freed memory) nor resume another
+// connection. AddressSanitizer sees the difference; the other builds check nothing hangs.
+TEST(HostilePeer, ClosingAnRdmEndpointWhileAPeerIsInsideAMessageTouchesNoClosedConnection) {
+  SKIP_UNLESS_FABQ();
+  Rdm r;
+  ASSERT_TRUE(r.ok());
+  RawConnection earlier, inside;
+  ASSERT_TRUE(rdm_handshake(r, earlier, 1));  // accepted first, destroyed first
+  ASSERT_TRUE(rdm_handshake(r, inside, 2));
+  char buf[64] = {};
+  ASSERT_EQ(r.trecv(buf, sizeof(buf), 5, buf), 0);
+  ASSERT_TRUE(inside.send_all(encode(Header{.op = kTagged, .length = 100, .tag = 5}) +
+                              std::string(10, 'x')));
+  for (auto t0 = Clock::now(); ms_since(t0) < 200;) r.progress();  // it takes the receive
+  // A whole message that wants its delivery acknowledged: buffered.
+  ASSERT_TRUE(earlier.send_all(
+      encode(Header{.op = kTagged, .flags = 1u << 2, .length = 6, .seq = 1, .tag = 5}) +
+      std::string("whole", 6)));
+  for (auto t0 = Clock::now(); ms_since(t0) < 200;) r.progress();
+  // ~Rdm closes the endpoint with both connections open.
+}
+
+TEST(HostilePeer, ClosingAnRdmEndpointWhileAPeerIsInsideAMessageResumesNoClosedConnection) {
+  SKIP_UNLESS_FABQ();
+  setenv("FI_FABQ_UNEXPECTED_BYTES", "16", 1);  // the earlier connection's message stalls it
+  Rdm r;
+  ASSERT_TRUE(r.ok());
+  RawConnection earlier, inside;
+  ASSERT_TRUE(rdm_handshake(r, earlier, 1));
+  ASSERT_TRUE(rdm_handshake(r, inside, 2));
+  char buf[64] = {};
+  ASSERT_EQ(r.trecv(buf, sizeof(buf), 5, buf), 0);
+  ASSERT_TRUE(inside.send_all(encode(Header{.op = kTagged, .length = 100, .tag = 5}) +
+                              std::string(10, 'x')));
+  for (auto t0 = Clock::now(); ms_since(t0) < 200;) r.progress();
+  ASSERT_TRUE(earlier.send_all(encode(Header{.op = kTagged, .length = 64, .tag = 7}) +
+                               std::string(64, 'y')));
+  for (auto t0 = Clock::now(); ms_since(t0) < 200;) r.progress();
+}
+
 }  // namespace
 }  // namespace fabq::systest
