@@ -1763,8 +1763,13 @@ int Acceptor::listen_at(const sockaddr_in& at, sockaddr_in* bound) {
 
 void Acceptor::close_locked() {
   if (fd_.valid()) engine_->remove(fd_.get(), this);  // also forgets a back-off deadline
-  std::lock_guard lock(mu_);
-  conns_.clear();
+  std::vector<std::unique_ptr<Conn>> conns;
+  {
+    std::lock_guard lock(mu_);
+    conns.swap(conns_);
+  }
+  // Destroyed without the acceptor's lock: each takes its own, which comes first.
+  conns.clear();
 }
 
 void Acceptor::on_ready(uint32_t) {

@@ -55,29 +55,30 @@ T* sentinel() {
 // A closed object's fid is poisoned before its memory is given back: until that memory is
 // reused, a second fi_close (the most common use of a closed fid) is -FI_EINVAL, not a double
 // free. The application's own read of the freed fid (fi_close is an inline call through
-// fid->ops) is what AddressSanitizer reports, so these run in the builds without it.
+// fid->ops) is what AddressSanitizer and ThreadSanitizer report, so these run in the build
+// without them.
 
-#if defined(__SANITIZE_ADDRESS__)
-#define FABQ_ASAN 1
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define FABQ_SANITIZED 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FABQ_ASAN 1
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define FABQ_SANITIZED 1
 #endif
 #endif
 
-#define SKIP_UNDER_ASAN()                                                                    \
-  do {                                                                                       \
-    if (kAsan) GTEST_SKIP() << "the test reads a freed fid, which AddressSanitizer reports"; \
+#ifdef FABQ_SANITIZED
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+#define SKIP_WHEN_SANITIZED()                                                              \
+  do {                                                                                     \
+    if (kSanitized) GTEST_SKIP() << "the test reads a freed fid, which sanitizers report"; \
   } while (0)
 
-#ifdef FABQ_ASAN
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-
 TEST_F(Lifetime, ClosingAQueueOrCounterTwiceIsEinvalTheSecondTime) {
-  SKIP_UNDER_ASAN();
+  SKIP_WHEN_SANITIZED();
   fid_eq* eq = open_eq({});
   fid_cq* cq = open_cq({});
   fid_cntr* cntr = open_cntr({});
@@ -90,7 +91,7 @@ TEST_F(Lifetime, ClosingAQueueOrCounterTwiceIsEinvalTheSecondTime) {
 }
 
 TEST_F(Lifetime, ClosingAnEndpointOrPassiveEndpointTwiceIsEinvalTheSecondTime) {
-  SKIP_UNDER_ASAN();
+  SKIP_WHEN_SANITIZED();
   fid_ep* ep = nullptr;
   ASSERT_EQ(fi_endpoint(domain_, info_, &ep, nullptr), 0);
   fid_pep* pep = nullptr;
@@ -105,7 +106,7 @@ TEST_F(Lifetime, ClosingAnEndpointOrPassiveEndpointTwiceIsEinvalTheSecondTime) {
 }
 
 TEST_F(Lifetime, ClosingADomainAndAFabricTwiceIsEinvalTheSecondTime) {
-  SKIP_UNDER_ASAN();
+  SKIP_WHEN_SANITIZED();
   ASSERT_EQ(fi_close(&domain_->fid), 0);
   EXPECT_EQ(fi_close(&domain_->fid), -FI_EINVAL);
   domain_ = nullptr;
