@@ -1046,7 +1046,8 @@ void Endpoint::give_back_locked(RecvQueue& q, bool shared, PostedRecv r) {
   Endpoint* const from = u != nullptr ? u->from : nullptr;
   Cq* const cq = from != nullptr ? from->rx_cq() : nullptr;
   // A shared receive takes its slot on the CQ of the endpoint the message came through. With no
-  // room there it waits at the head, and the next post or arrival matches it.
+  // room there it goes back to the head of the queue, and the buffered message waits for a later
+  // receive (a full CQ stops a receive from completing anyway).
   if (u == nullptr || (shared && cq != nullptr && !cq->queue().reserve(1).ok())) {
     q.post_front(r);
     return;

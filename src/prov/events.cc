@@ -173,12 +173,10 @@ struct DeferredQueue {
 };
 core::LazyGlobal<DeferredQueue> g_deferred;
 
-}  // namespace
-
-namespace {
 // Not a static: its destructor would run at exit before libfabric's fi_fini, while the monitor's
 // thread may still be looking domains up. unload() frees it once the threads are stopped.
 core::LazyGlobal<Registry> g_registry;
+
 }  // namespace
 
 Registry& Registry::get() {
