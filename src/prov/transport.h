@@ -13,10 +13,11 @@
 // its own eventfd and costs nothing. FI_PROGRESS_AUTO, when an application asks for it, keeps
 // the progress thread running for the life of the domain.
 //
-// Lock order (outer first): Domain::mu_, the transport's engine lock, a connection's lock, an
-// endpoint's lock, an SRX's lock, the channel's lock. A transport never calls raise() with any
-// of them held: it hands asynchronous events to raise_later(), which raises them once its
-// locks are released, and only on objects that are still open.
+// Lock order (outer first): Domain::mu_, the transport's engine lock, a connection's lock, a
+// listener's (acceptor's) lock, an endpoint's lock, an SRX's lock, the channel's lock. A
+// transport never calls raise() with any of them held: it hands asynchronous events to
+// raise_later(), which raises them once its locks are released, and only on objects that are
+// still open.
 #pragma once
 
 #include <netinet/in.h>

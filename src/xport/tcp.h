@@ -25,9 +25,11 @@
 // thread is woken by the doorbell the peer writes to the socket.
 //
 // Locks: Engine::mu_ (the engine lock) guards the epoll set's membership and the dispatch of
-// readiness; Conn::mu_ guards one connection. Order: engine, connection, endpoint (see
-// prov/transport.h). Callbacks into endpoints are made holding the connection's lock; events
-// go through prov::raise_later().
+// readiness; Conn::mu_ guards one connection; Acceptor::mu_ an acceptor's connections. Order:
+// engine, connection, acceptor, endpoint (see prov/transport.h); a connection's owed
+// acknowledgements, the connection requests and the list of passive endpoints have locks of
+// their own, taken last. Callbacks into endpoints are made holding the connection's lock;
+// events go through prov::raise_later().
 #pragma once
 
 #include <netinet/in.h>
