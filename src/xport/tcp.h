@@ -26,10 +26,10 @@
 //
 // Locks: Engine::mu_ (the engine lock) guards the epoll set's membership and the dispatch of
 // readiness; Conn::mu_ guards one connection; Acceptor::mu_ an acceptor's connections. Order:
-// engine, connection, acceptor, endpoint (see prov/transport.h); a connection's owed
-// acknowledgements, the connection requests and the list of passive endpoints have locks of
-// their own, taken last. Callbacks into endpoints are made holding the connection's lock;
-// events go through prov::raise_later().
+// engine, connection, acceptor, endpoint (see prov/transport.h). A connection's owed
+// acknowledgements and the connection requests have locks of their own, taken last; the list of
+// open passive endpoints has one taken before a passive endpoint's own. Callbacks into
+// endpoints are made holding the connection's lock; events go through prov::raise_later().
 #pragma once
 
 #include <netinet/in.h>
