@@ -27,9 +27,6 @@ constexpr uint64_t kCntrBindFlags =
     FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 constexpr uint64_t kCompletionLevels =
     FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
-constexpr uint32_t kSeqIndexBits = 16;
-
-enum TxState : uint8_t { kFree = 0, kSubmitted = 1, kWritten = 2 };
 
 uint64_t recv_flags(bool tagged) {
   return FI_RECV | (tagged ? FI_TAGGED : FI_MSG);
@@ -435,7 +432,7 @@ struct EpOps {
     if (e == nullptr) return -FI_EINVAL;
     std::lock_guard lock(e->mu_);
     if (!e->enabled_) return -FI_EOPBADSTATE;
-    return static_cast<ssize_t>(e->tx_free_.size());
+    return static_cast<ssize_t>(e->tx_ring_.free_count());
   }
   static ssize_t rx_size_left(fid_ep* f) {
     Endpoint* e = R::of(f);
@@ -537,9 +534,7 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
       source_(rdm_ && (info.caps & FI_SOURCE) != 0),
       auth_(auth_key_of(info)),
       queue_(rx_size_, params().unexpected_bytes, 4 * rx_size_),
-      tx_(tx_size_),
-      tx_state_(tx_size_, kFree),
-      tx_reserved_(tx_size_, 0) {
+      tx_ring_(tx_size_) {
   init_fid(&box_.fid.fid, FI_CLASS_EP, context, &EpOps::fi_ops_);
   box_.fid.ops = &EpOps::ep_ops_;
   box_.fid.cm = rdm_ ? &EpOps::rdm_cm_ops_ : &EpOps::cm_ops_;
@@ -558,8 +553,6 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
     std::memcpy(&d, info.dest_addr, sizeof(d));
     dest_ = d;
   }
-  tx_free_.reserve(tx_size_);
-  for (size_t i = tx_size_; i-- > 0;) tx_free_.push_back(static_cast<uint32_t>(i));
 }
 
 Endpoint::~Endpoint() {
@@ -608,8 +601,7 @@ Endpoint::~Endpoint() {
     cq->queue().cancel_reservation(dropped.size() + waiting + placing_);
   }
   if (tx_cq_ != nullptr) {
-    size_t held = 0;
-    for (size_t i = 0; i < tx_size_; ++i) held += tx_state_[i] != kFree && tx_reserved_[i];
+    const size_t held = tx_ring_.reserved_count();
     if (held != 0) tx_cq_->queue().cancel_reservation(held);
   }
   for (Object* o : {static_cast<Object*>(eq_), static_cast<Object*>(tx_cq_),
@@ -1098,7 +1090,6 @@ ssize_t Endpoint::post_send(const iovec* iov, size_t count, fi_addr_t dest, void
   const bool copy = inject_call || (flags & FI_INJECT) != 0;
   if (copy && len > kInjectSize) return -FI_EMSGSIZE;
   TxOp* op = nullptr;
-  uint32_t index = 0;
   Connection* conn = nullptr;  // RDM: borrowed (borrowed_) until submitted
   bool fresh = false;          // RDM: a new connection, to be connected once mu_ is released
   sockaddr_in peer{};
@@ -1112,7 +1103,7 @@ ssize_t Endpoint::post_send(const iovec* iov, size_t count, fi_addr_t dest, void
       conn = conn_.get();
       if (conn == nullptr || !conn->connected()) return -FI_ENOTCONN;
     }
-    if (tx_free_.empty()) return -FI_EAGAIN;
+    if (tx_ring_.full()) return -FI_EAGAIN;
     const bool reserve = tx_cq_ != nullptr && !inject_call;
     if (reserve) {
       if (core::Status s = tx_cq_->queue().reserve(1); !s.ok()) return s.to_fi();
@@ -1126,10 +1117,7 @@ ssize_t Endpoint::post_send(const iovec* iov, size_t count, fi_addr_t dest, void
       }
       borrowed_.fetch_add(1, std::memory_order_relaxed);
     }
-    index = tx_free_.back();
-    tx_free_.pop_back();
-    op = &tx_[index];
-    *op = TxOp{};
+    op = tx_ring_.take(reserve);
     op->context = context;
     op->cq_flags = FI_SEND | (tagged ? FI_TAGGED : FI_MSG);
     op->tagged = tagged;
@@ -1138,7 +1126,6 @@ ssize_t Endpoint::post_send(const iovec* iov, size_t count, fi_addr_t dest, void
     op->data = has_data ? data : 0;
     op->report = !inject_call && (!tx_selective_ || (flags & FI_COMPLETION) != 0);
     op->level = level_of((flags & kCompletionLevels) ? flags : tx_op_flags_);
-    op->seq = (tx_gen_++ << kSeqIndexBits) | index;
     op->len = len;
     op->conn = conn;
     if (copy) {
@@ -1153,8 +1140,6 @@ ssize_t Endpoint::post_send(const iovec* iov, size_t count, fi_addr_t dest, void
       for (size_t i = 0; i < count; ++i) op->iov[i] = iov[i];
       op->iov_count = count;
     }
-    tx_state_[index] = kSubmitted;
-    tx_reserved_[index] = reserve;
     action = count_operation();
     if (action.err != 0) {
       // An injected error: the send fails as if the network had refused it.
@@ -1165,8 +1150,7 @@ ssize_t Endpoint::post_send(const iovec* iov, size_t count, fi_addr_t dest, void
                                     .prov_errno = action.prov_errno});
       }
       if (tx_cntr_ != nullptr) tx_cntr_->counter().complete_error();
-      tx_state_[index] = kFree;
-      tx_free_.push_back(index);
+      tx_ring_.release(op);
       op = nullptr;
     }
   }
@@ -1180,9 +1164,8 @@ ssize_t Endpoint::post_send(const iovec* iov, size_t count, fi_addr_t dest, void
   if (rdm_) borrowed_.fetch_sub(1, std::memory_order_release);
   if (rc != 0) {
     std::lock_guard lock(mu_);
-    if (tx_reserved_[index]) tx_cq_->queue().cancel_reservation(1);
-    tx_state_[index] = kFree;
-    tx_free_.push_back(index);
+    if (tx_ring_.reserved(op)) tx_cq_->queue().cancel_reservation(1);
+    tx_ring_.release(op);
     // RDM: the connection closed between lookup and submit; the next try makes a new one.
     return rdm_ && rc == -FI_ENOTCONN ? -FI_EAGAIN : rc;
   }
@@ -1217,14 +1200,13 @@ Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer
   return p.get();
 }
 
-void Endpoint::finish_send(uint32_t index, int err, std::vector<uint32_t>* events) {
-  TxOp& op = tx_[index];
-  if (tx_reserved_[index]) {
-    core::Completion c{.op_context = op.context, .flags = op.cq_flags};
+void Endpoint::finish_send(TxOp* op, int err, std::vector<uint32_t>* events) {
+  if (tx_ring_.reserved(op)) {
+    core::Completion c{.op_context = op->context, .flags = op->cq_flags};
     std::vector<uint32_t> more;
     if (err != 0) {
       more = tx_cq_->complete_error({.completion = c, .err = err, .prov_errno = 0});
-    } else if (op.report) {
+    } else if (op->report) {
       more = tx_cq_->complete(c);
     } else {
       tx_cq_->queue().cancel_reservation(1);
@@ -1238,20 +1220,17 @@ void Endpoint::finish_send(uint32_t index, int err, std::vector<uint32_t>* event
       tx_cntr_->counter().complete();
     }
   }
-  tx_state_[index] = kFree;
-  tx_reserved_[index] = 0;
-  tx_free_.push_back(index);
+  tx_ring_.release(op);
 }
 
 void Endpoint::tx_written(TxOp* op) {
   std::vector<uint32_t> events;
   {
     std::lock_guard lock(mu_);
-    const auto index = static_cast<uint32_t>(op - tx_.data());
     if (op->level == TxLevel::kInject) {
-      finish_send(index, 0, &events);
+      finish_send(op, 0, &events);
     } else {
-      tx_state_[index] = kWritten;
+      tx_ring_.mark_written(op);
     }
   }
   raise_later(domain_, tx_cq_, events);
@@ -1261,8 +1240,7 @@ void Endpoint::tx_lost(TxOp* op, int err) {
   std::vector<uint32_t> events;
   {
     std::lock_guard lock(mu_);
-    const auto index = static_cast<uint32_t>(op - tx_.data());
-    finish_send(index, op->level == TxLevel::kInject ? 0 : err, &events);
+    finish_send(op, op->level == TxLevel::kInject ? 0 : err, &events);
   }
   raise_later(domain_, tx_cq_, events);
 }
@@ -1271,14 +1249,11 @@ bool Endpoint::tx_acked(const Connection* c, uint32_t seq, bool delivered) {
   std::vector<uint32_t> events;
   {
     std::lock_guard lock(mu_);
-    const uint32_t index = seq & ((1u << kSeqIndexBits) - 1);
-    if (index >= tx_size_ || tx_state_[index] != kWritten || tx_[index].seq != seq ||
-        tx_[index].conn != c) {
-      return false;
-    }
+    TxOp* op = tx_ring_.find_written(seq);
+    if (op == nullptr || op->conn != c) return false;
     const TxLevel want = delivered ? TxLevel::kDelivery : TxLevel::kTransmit;
-    if (tx_[index].level != want) return false;
-    finish_send(index, 0, &events);
+    if (op->level != want) return false;
+    finish_send(op, 0, &events);
   }
   raise_later(domain_, tx_cq_, events);
   return true;
@@ -1290,11 +1265,9 @@ void Endpoint::abort_sends(Connection* c, int err) {
     std::lock_guard lock(mu_);
     // Only what `c` took: a send still on its way into submit() (this runs under c's lock,
     // as submit() does) fails there and is freed by its poster.
-    for (uint32_t i = 0; i < tx_size_; ++i) {
-      if (tx_state_[i] != kFree && tx_[i].conn == c && tx_[i].accepted) {
-        finish_send(i, err, &events);
-      }
-    }
+    tx_ring_.for_each_taken([&](TxOp* op) {
+      if (op->conn == c && op->accepted) finish_send(op, err, &events);
+    });
   }
   raise_later(domain_, tx_cq_, events);
 }

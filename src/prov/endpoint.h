@@ -51,6 +51,7 @@
 #include "prov/object.h"
 #include "prov/recv_queue.h"
 #include "prov/transport.h"
+#include "prov/tx_ring.h"
 
 namespace fabq::prov {
 
@@ -152,7 +153,9 @@ class Endpoint final : public Object, public AsyncTarget {
   // else to the head of `q` (its old place). Under the lock of q's owner (an endpoint, and the
   // SRX's when `shared`: q is an SRX's, whose receives take a CQ slot when a message picks them).
   static void give_back_locked(RecvQueue& q, bool shared, PostedRecv r);
-  void finish_send(uint32_t index, int err, std::vector<uint32_t>* events);
+  // Completes the send in `op` (`err` 0: successfully) on the transmit CQ and counter, and frees
+  // its slot. Under mu_.
+  void finish_send(TxOp* op, int err, std::vector<uint32_t>* events);
   Connection* connection();
 
   FidBox<fid_ep> box_;
@@ -191,12 +194,8 @@ class Endpoint final : public Object, public AsyncTarget {
   RecvQueue queue_;
   // Messages being placed into posted receives now (each holds a receive CQ slot).
   size_t placing_ = 0;
-  // Transmit ring: slots, free indices, whether each is in use, the next generation.
-  std::vector<TxOp> tx_;
-  std::vector<uint32_t> tx_free_;
-  std::vector<uint8_t> tx_state_;     // 0 free, 1 submitted, 2 written (awaiting an ack)
-  std::vector<uint8_t> tx_reserved_;  // holds a transmit CQ slot
-  uint32_t tx_gen_ = 0;
+  // The sends from post to completion.
+  TxRing tx_ring_;
   // MSG: created by fi_connect, or at open for an endpoint opened from a CONNREQ. RDM: the
   // listener, opened by fi_enable, and the outgoing connection to each peer, indexed by
   // fi_addr_t (an AV never hands out an index twice, so an index always names one address).

@@ -1,0 +1,97 @@
+// fabq provider: an endpoint's transmit ring: the slots its sends live in from post to
+// completion (fi_endpoint(3) tx_attr.size), which of them are free, and the sequence number
+// that names each send in the peer's acknowledgements.
+//
+// A slot is free, submitted (a post took it; the transport may hold its op from submit() on),
+// or written (written whole to the kernel, awaiting the acknowledgement its completion level
+// asks for). A send's sequence number is a generation counter above its slot's index, so an
+// acknowledgement for a send whose slot was freed and taken again names no send.
+//
+// Memory: every slot is allocated when the ring is made; taking and freeing one allocates
+// nothing. An op's address stays the same for the ring's life (the transport keeps it).
+//
+// Thread safety: none; the endpoint's lock guards it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "prov/transport.h"
+
+namespace fabq::prov {
+
+class TxRing {
+ public:
+  enum class Slot : uint8_t {
+    kFree,
+    kSubmitted,  // taken by a post
+    kWritten,    // written whole: awaits the peer's acknowledgement
+  };
+
+  // `size` slots (at most 1 << kIndexBits), all free.
+  explicit TxRing(size_t size);
+  TxRing(const TxRing&) = delete;
+  TxRing& operator=(const TxRing&) = delete;
+
+  size_t size() const { return ops_.size(); }
+  // Free slots (fi_tx_size_left).
+  size_t free_count() const { return free_top_; }
+  bool full() const { return free_top_ == 0; }
+
+  // Takes a free slot (the ring must not be full) and returns its op, reset but for its new
+  // sequence number; the slot is submitted. `reserved`: the send holds a transmit CQ slot.
+  TxOp* take(bool reserved) {
+    const uint32_t index = free_[--free_top_];
+    TxOp* op = &ops_[index];
+    *op = TxOp{};
+    op->seq = (gen_++ << kIndexBits) | index;
+    state_[index] = Slot::kSubmitted;
+    reserved_[index] = reserved;
+    return op;
+  }
+  // Frees `op`'s slot.
+  void release(TxOp* op) {
+    const uint32_t index = index_of(op);
+    state_[index] = Slot::kFree;
+    reserved_[index] = 0;
+    free_[free_top_++] = index;
+  }
+  // `op` is written whole and awaits an acknowledgement.
+  void mark_written(TxOp* op) { state_[index_of(op)] = Slot::kWritten; }
+  // Whether `op`'s send holds a slot of the transmit CQ.
+  bool reserved(const TxOp* op) const { return reserved_[index_of(op)] != 0; }
+
+  // The written op whose sequence number is `seq`; null when `seq` names none (no such slot,
+  // not written, or taken again since).
+  TxOp* find_written(uint32_t seq) {
+    const uint32_t index = seq & ((1u << kIndexBits) - 1);
+    if (index >= ops_.size() || state_[index] != Slot::kWritten || ops_[index].seq != seq) {
+      return nullptr;
+    }
+    return &ops_[index];
+  }
+
+  // Calls f(TxOp*) for every slot not free, in index order; f may release the op it is given.
+  template <class F>
+  void for_each_taken(F&& f) {
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      if (state_[i] != Slot::kFree) f(&ops_[i]);
+    }
+  }
+  // Slots not free that hold a transmit CQ slot: what a closing endpoint gives back to the CQ.
+  size_t reserved_count() const;
+
+ private:
+  static constexpr uint32_t kIndexBits = 16;
+  uint32_t index_of(const TxOp* op) const { return static_cast<uint32_t>(op - ops_.data()); }
+
+  std::vector<TxOp> ops_;
+  std::vector<uint32_t> free_;     // the free slots' indices: a stack, free_[0, free_top_)
+  size_t free_top_ = 0;            // its height
+  std::vector<Slot> state_;        // per slot
+  std::vector<uint8_t> reserved_;  // per slot: holds a transmit CQ slot
+  uint32_t gen_ = 0;               // the next sequence number's generation
+};
+
+}  // namespace fabq::prov
