@@ -354,77 +354,141 @@ struct EpOps {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, dest, context, e->tx_op_flags_, false, 0, false, 0, false);
+    return e->post_send(
+        {.iov = &iov, .iov_count = 1, .dest = dest, .context = context, .flags = e->tx_op_flags_});
   }
   static ssize_t sendv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t dest,
                        void* context) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
-    return e->post_send(iov, count, dest, context, e->tx_op_flags_, false, 0, false, 0, false);
+    return e->post_send({.iov = iov,
+                         .iov_count = count,
+                         .dest = dest,
+                         .context = context,
+                         .flags = e->tx_op_flags_});
   }
   static ssize_t sendmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
     Endpoint* e = R::of(f);
     if (e == nullptr || msg == nullptr) return -FI_EINVAL;
-    return e->post_send(msg->msg_iov, msg->iov_count, msg->addr, msg->context, flags, false, 0,
-                        (flags & FI_REMOTE_CQ_DATA) != 0, msg->data, false);
+    return e->post_send({.iov = msg->msg_iov,
+                         .iov_count = msg->iov_count,
+                         .dest = msg->addr,
+                         .context = msg->context,
+                         .flags = flags,
+                         .has_data = (flags & FI_REMOTE_CQ_DATA) != 0,
+                         .data = msg->data});
   }
   static ssize_t inject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, dest, nullptr, FI_INJECT, false, 0, false, 0, true);
+    return e->post_send(
+        {.iov = &iov, .iov_count = 1, .dest = dest, .flags = FI_INJECT, .inject_call = true});
   }
   static ssize_t senddata(fid_ep* f, const void* buf, size_t len, void*, uint64_t data,
                           fi_addr_t dest, void* context) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, dest, context, e->tx_op_flags_, false, 0, true, data, false);
+    return e->post_send({.iov = &iov,
+                         .iov_count = 1,
+                         .dest = dest,
+                         .context = context,
+                         .flags = e->tx_op_flags_,
+                         .has_data = true,
+                         .data = data});
   }
   static ssize_t injectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, dest, nullptr, FI_INJECT, false, 0, true, data, true);
+    return e->post_send({.iov = &iov,
+                         .iov_count = 1,
+                         .dest = dest,
+                         .flags = FI_INJECT,
+                         .has_data = true,
+                         .data = data,
+                         .inject_call = true});
   }
   static ssize_t tsend(fid_ep* f, const void* buf, size_t len, void*, fi_addr_t dest, uint64_t tag,
                        void* context) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, dest, context, e->tx_op_flags_, true, tag, false, 0, false);
+    return e->post_send({.iov = &iov,
+                         .iov_count = 1,
+                         .dest = dest,
+                         .context = context,
+                         .flags = e->tx_op_flags_,
+                         .tagged = true,
+                         .tag = tag});
   }
   static ssize_t tsendv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t dest,
                         uint64_t tag, void* context) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
-    return e->post_send(iov, count, dest, context, e->tx_op_flags_, true, tag, false, 0, false);
+    return e->post_send({.iov = iov,
+                         .iov_count = count,
+                         .dest = dest,
+                         .context = context,
+                         .flags = e->tx_op_flags_,
+                         .tagged = true,
+                         .tag = tag});
   }
   static ssize_t tsendmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
     Endpoint* e = R::of(f);
     if (e == nullptr || msg == nullptr) return -FI_EINVAL;
-    return e->post_send(msg->msg_iov, msg->iov_count, msg->addr, msg->context, flags, true,
-                        msg->tag, (flags & FI_REMOTE_CQ_DATA) != 0, msg->data, false);
+    return e->post_send({.iov = msg->msg_iov,
+                         .iov_count = msg->iov_count,
+                         .dest = msg->addr,
+                         .context = msg->context,
+                         .flags = flags,
+                         .tagged = true,
+                         .tag = msg->tag,
+                         .has_data = (flags & FI_REMOTE_CQ_DATA) != 0,
+                         .data = msg->data});
   }
   static ssize_t tinject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t tag) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, dest, nullptr, FI_INJECT, true, tag, false, 0, true);
+    return e->post_send({.iov = &iov,
+                         .iov_count = 1,
+                         .dest = dest,
+                         .flags = FI_INJECT,
+                         .tagged = true,
+                         .tag = tag,
+                         .inject_call = true});
   }
   static ssize_t tsenddata(fid_ep* f, const void* buf, size_t len, void*, uint64_t data,
                            fi_addr_t dest, uint64_t tag, void* context) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, dest, context, e->tx_op_flags_, true, tag, true, data, false);
+    return e->post_send({.iov = &iov,
+                         .iov_count = 1,
+                         .dest = dest,
+                         .context = context,
+                         .flags = e->tx_op_flags_,
+                         .tagged = true,
+                         .tag = tag,
+                         .has_data = true,
+                         .data = data});
   }
   static ssize_t tinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
                              uint64_t tag) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
     const iovec iov{const_cast<void*>(buf), len};
-    return e->post_send(&iov, 1, dest, nullptr, FI_INJECT, true, tag, true, data, true);
+    return e->post_send({.iov = &iov,
+                         .iov_count = 1,
+                         .dest = dest,
+                         .flags = FI_INJECT,
+                         .tagged = true,
+                         .tag = tag,
+                         .has_data = true,
+                         .data = data,
+                         .inject_call = true});
   }
 
   static ssize_t tx_size_left(fid_ep* f) {
@@ -1080,14 +1144,12 @@ void Endpoint::connection_ended() {
 
 // --- sending
 
-ssize_t Endpoint::post_send(const iovec* iov, size_t count, fi_addr_t dest, void* context,
-                            uint64_t flags, bool tagged, uint64_t tag, bool has_data, uint64_t data,
-                            bool inject_call) {
-  if (count > kMaxIov || !valid_buffers(iov, count)) return -FI_EINVAL;
+ssize_t Endpoint::post_send(const SendRequest& req) {
+  if (req.iov_count > kMaxIov || !valid_buffers(req.iov, req.iov_count)) return -FI_EINVAL;
   size_t len = 0;
-  for (size_t i = 0; i < count; ++i) len += iov[i].iov_len;
+  for (size_t i = 0; i < req.iov_count; ++i) len += req.iov[i].iov_len;
   if (len > max_msg_size_) return -FI_EMSGSIZE;
-  const bool copy = inject_call || (flags & FI_INJECT) != 0;
+  const bool copy = req.inject_call || (req.flags & FI_INJECT) != 0;
   if (copy && len > kInjectSize) return -FI_EMSGSIZE;
   TxOp* op = nullptr;
   Connection* conn = nullptr;  // RDM: borrowed (borrowed_) until submitted
@@ -1104,13 +1166,13 @@ ssize_t Endpoint::post_send(const iovec* iov, size_t count, fi_addr_t dest, void
       if (conn == nullptr || !conn->connected()) return -FI_ENOTCONN;
     }
     if (tx_ring_.full()) return -FI_EAGAIN;
-    const bool reserve = tx_cq_ != nullptr && !inject_call;
+    const bool reserve = tx_cq_ != nullptr && !req.inject_call;
     if (reserve) {
       if (core::Status s = tx_cq_->queue().reserve(1); !s.ok()) return s.to_fi();
     }
     if (rdm_) {
       int err = 0;
-      conn = peer_locked(dest, &fresh, &peer, &dead, &err);
+      conn = peer_locked(req.dest, &fresh, &peer, &dead, &err);
       if (conn == nullptr) {
         if (reserve) tx_cq_->queue().cancel_reservation(1);
         return err;
@@ -1118,36 +1180,37 @@ ssize_t Endpoint::post_send(const iovec* iov, size_t count, fi_addr_t dest, void
       borrowed_.fetch_add(1, std::memory_order_relaxed);
     }
     op = tx_ring_.take(reserve);
-    op->context = context;
-    op->cq_flags = FI_SEND | (tagged ? FI_TAGGED : FI_MSG);
-    op->tagged = tagged;
-    op->tag = tagged ? tag : 0;
-    op->has_data = has_data;
-    op->data = has_data ? data : 0;
-    op->report = !inject_call && (!tx_selective_ || (flags & FI_COMPLETION) != 0);
-    op->level = level_of((flags & kCompletionLevels) ? flags : tx_op_flags_);
+    op->context = req.context;
+    op->cq_flags = FI_SEND | (req.tagged ? FI_TAGGED : FI_MSG);
+    op->tagged = req.tagged;
+    op->tag = req.tagged ? req.tag : 0;
+    op->has_data = req.has_data;
+    op->data = req.has_data ? req.data : 0;
+    op->report = !req.inject_call && (!tx_selective_ || (req.flags & FI_COMPLETION) != 0);
+    op->level = level_of((req.flags & kCompletionLevels) ? req.flags : tx_op_flags_);
     op->len = len;
     op->conn = conn;
     if (copy) {
       size_t off = 0;
-      for (size_t i = 0; i < count; ++i) {
-        if (iov[i].iov_len > 0) std::memcpy(op->inject + off, iov[i].iov_base, iov[i].iov_len);
-        off += iov[i].iov_len;
+      for (size_t i = 0; i < req.iov_count; ++i) {
+        if (req.iov[i].iov_len > 0)
+          std::memcpy(op->inject + off, req.iov[i].iov_base, req.iov[i].iov_len);
+        off += req.iov[i].iov_len;
       }
       op->iov[0] = {op->inject, len};
       op->iov_count = 1;
     } else {
-      for (size_t i = 0; i < count; ++i) op->iov[i] = iov[i];
-      op->iov_count = count;
+      for (size_t i = 0; i < req.iov_count; ++i) op->iov[i] = req.iov[i];
+      op->iov_count = req.iov_count;
     }
     action = count_operation();
     if (action.err != 0) {
       // An injected error: the send fails as if the network had refused it.
       if (reserve) {
-        cq_events =
-            tx_cq_->complete_error({.completion = {.op_context = context, .flags = op->cq_flags},
-                                    .err = action.err,
-                                    .prov_errno = action.prov_errno});
+        cq_events = tx_cq_->complete_error(
+            {.completion = {.op_context = req.context, .flags = op->cq_flags},
+             .err = action.err,
+             .prov_errno = action.prov_errno});
       }
       if (tx_cntr_ != nullptr) tx_cntr_->counter().complete_error();
       tx_ring_.release(op);

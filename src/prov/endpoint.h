@@ -62,6 +62,23 @@ class Domain;
 class Eq;
 class Srx;
 
+// One send as fi_send, fi_tsend and the rest of fi_msg(3) and fi_tagged(3) ask for it. The iov
+// array is the caller's and is read during the call only; so are the buffers it names when the
+// data is copied (FI_INJECT, inject_call), else they stay the application's until the send
+// completes.
+struct SendRequest {
+  const iovec* iov = nullptr;  // iov_count buffers, at most kMaxIov
+  size_t iov_count = 0;
+  fi_addr_t dest = FI_ADDR_UNSPEC;  // RDM: the peer's fi_addr_t in the bound AV; MSG: ignored
+  void* context = nullptr;          // the completion's op_context
+  uint64_t flags = 0;               // FI_INJECT, FI_COMPLETION, a completion level
+  bool tagged = false;              // fi_tsend & co.
+  uint64_t tag = 0;                 // tagged only
+  bool has_data = false;            // remote CQ data goes with it
+  uint64_t data = 0;                // has_data only
+  bool inject_call = false;         // fi_inject & co.: copied, no completion, no CQ slot
+};
+
 class Endpoint final : public Object, public AsyncTarget {
  public:
   static Endpoint* from_fid(const fid* f);
@@ -130,8 +147,13 @@ class Endpoint final : public Object, public AsyncTarget {
   friend int open_endpoint(fid_domain*, fi_info*, fid_ep**, void*);
   ssize_t post_recv(const PostedRecv& r);
   ssize_t cancel(void* context);
-  ssize_t post_send(const iovec* iov, size_t count, fi_addr_t dest, void* context, uint64_t flags,
-                    bool tagged, uint64_t tag, bool has_data, uint64_t data, bool inject_call);
+  // Takes mu_. 0: posted (or failed at once by an injected fault, its error completion written).
+  // Else nothing is posted: -FI_EINVAL (more than kMaxIov buffers, a null one with a length,
+  // RDM: dest not in the AV), -FI_EMSGSIZE (longer than max_msg_size, or a copied send longer
+  // than kInjectSize), -FI_EOPBADSTATE (not enabled, or failed), -FI_ENOTCONN (MSG: not
+  // connected), -FI_EAGAIN (no free slot in the ring; RDM: the peer's connection closed
+  // meanwhile), the transmit CQ's refusal of a slot (full: -FI_EAGAIN), or the transport's error.
+  ssize_t post_send(const SendRequest& req);
   // RDM: the connection to `dest` (made if there is none, or the last one closed), under mu_.
   // *fresh says it is new and must be connected once mu_ is released; a closed one it replaces
   // goes to *dead, to be destroyed then too.
