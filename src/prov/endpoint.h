@@ -62,6 +62,17 @@ class Domain;
 class Eq;
 class Srx;
 
+// Whether each of the `count` buffers is one the application named: no bytes, or some at an
+// address. A null address with a length would be written to (or read from) only when a message
+// moves, far from the call. Sends and posted receives check their buffers with it.
+inline bool valid_buffers(const iovec* iov, size_t count) {
+  if (count > 0 && iov == nullptr) return false;
+  for (size_t i = 0; i < count; ++i) {
+    if (iov[i].iov_base == nullptr && iov[i].iov_len > 0) return false;
+  }
+  return true;
+}
+
 // One send as fi_send, fi_tsend and the rest of fi_msg(3) and fi_tagged(3) ask for it. The iov
 // array is the caller's and is read during the call only; so are the buffers it names when the
 // data is copied (FI_INJECT, inject_call), else they stay the application's until the send
@@ -145,6 +156,8 @@ class Endpoint final : public Object, public AsyncTarget {
   friend struct Receives;
   friend class Srx;
   friend int open_endpoint(fid_domain*, fi_info*, fid_ep**, void*);
+  // Fills box_: the fid's common part, its op tables (ep_ops.cc) and its owner.
+  void init_box(void* context);
   ssize_t post_recv(const PostedRecv& r);
   ssize_t cancel(void* context);
   // Takes mu_. 0: posted (or failed at once by an injected fault, its error completion written).
@@ -249,6 +262,8 @@ class Srx final : public Object, public AsyncTarget {
   friend class Endpoint;
   template <class T>
   friend struct Receives;
+  // Fills box_: the fid's common part, its op tables (ep_ops.cc) and its owner.
+  void init_box(void* context);
   ssize_t post_recv(const PostedRecv& r);
   ssize_t cancel(void* context);
   // Under mu_: whether the posted count fell below the armed limit (disarms it).

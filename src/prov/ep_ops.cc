@@ -1,0 +1,650 @@
+// The op tables libfabric calls on endpoints and shared receive contexts (fi_ops, fi_ops_ep,
+// fi_ops_cm, fi_ops_msg, fi_ops_tagged), and fi_endpoint and fi_srx_context, which open them.
+// An entry point turns its fid back into its object (any other fid: -FI_EINVAL), checks its
+// arguments and calls into Endpoint or Srx; bindings, the CM calls and the size queries are
+// done here, under the endpoint's lock.
+#include <rdma/fi_cm.h>
+#include <rdma/fi_tagged.h>
+
+#include <cstring>
+
+#include "prov/av.h"
+#include "prov/cntr.h"
+#include "prov/cq.h"
+#include "prov/domain.h"
+#include "prov/endpoint.h"
+#include "prov/eq.h"
+#include "prov/noop.h"
+
+namespace fabq::prov {
+namespace {
+
+constexpr uint64_t kCqBindFlags = FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION;
+constexpr uint64_t kCntrBindFlags =
+    FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+
+// Fills `r`'s buffers from an iov list; false when it has more entries than `limit` or names a
+// null buffer with a length.
+bool take_iov(PostedRecv* r, const iovec* iov, size_t count, size_t limit) {
+  if (count > limit || count > kMaxIov || !valid_buffers(iov, count)) return false;
+  r->iov_count = count;
+  r->len = 0;
+  for (size_t i = 0; i < count; ++i) {
+    r->iov[i] = iov[i];
+    r->len += iov[i].iov_len;
+  }
+  return true;
+}
+
+}  // namespace
+
+// What endpoints and SRX contexts share: closing, posting receives and cancelling them. `T`
+// is Endpoint or Srx.
+template <class T>
+struct Receives {
+  static T* of(fid_ep* f) { return T::from_fid(f ? &f->fid : nullptr); }
+
+  static int close(fid* f) { return close_target(T::from_fid(f)); }
+
+  static ssize_t cancel(fid* f, void* context) {
+    T* t = T::from_fid(f);
+    if (t == nullptr) return -FI_EINVAL;
+    return t->cancel(context);
+  }
+
+  static ssize_t post(fid_ep* f, const iovec* iov, size_t count, void* context, uint64_t flags,
+                      bool explicit_flags, bool tagged, uint64_t tag, uint64_t ignore) {
+    T* t = of(f);
+    if (t == nullptr) return -FI_EINVAL;
+    PostedRecv r;
+    r.context = context;
+    r.flags = flags;
+    r.default_flags = !explicit_flags;
+    r.tagged = tagged;
+    r.tag = tag;
+    r.ignore = ignore;
+    if (!take_iov(&r, iov, count, t->iov_limit_)) return -FI_EINVAL;
+    return t->post_recv(r);
+  }
+
+  static ssize_t recv(fid_ep* f, void* buf, size_t len, void*, fi_addr_t, void* context) {
+    const iovec iov{buf, len};
+    return post(f, &iov, 1, context, 0, false, false, 0, 0);
+  }
+  static ssize_t recvv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t,
+                       void* context) {
+    return post(f, iov, count, context, 0, false, false, 0, 0);
+  }
+  static ssize_t recvmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
+    if (msg == nullptr) return -FI_EINVAL;
+    if (flags & (FI_PEEK | FI_CLAIM)) return -FI_EBADFLAGS;
+    return post(f, msg->msg_iov, msg->iov_count, msg->context, flags, true, false, 0, 0);
+  }
+  static ssize_t trecv(fid_ep* f, void* buf, size_t len, void*, fi_addr_t, uint64_t tag,
+                       uint64_t ignore, void* context) {
+    const iovec iov{buf, len};
+    return post(f, &iov, 1, context, 0, false, true, tag, ignore);
+  }
+  static ssize_t trecvv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t, uint64_t tag,
+                        uint64_t ignore, void* context) {
+    return post(f, iov, count, context, 0, false, true, tag, ignore);
+  }
+  static ssize_t trecvmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
+    if (msg == nullptr) return -FI_EINVAL;
+    return post(f, msg->msg_iov, msg->iov_count, msg->context, flags, true, true, msg->tag,
+                msg->ignore);
+  }
+
+  static inline fi_ops_ep ep_ops_ = {
+      .size = sizeof(fi_ops_ep),
+      .cancel = cancel,
+      .getopt = enosys<fid*, int, int, void*, size_t*>,
+      .setopt = enosys<fid*, int, int, const void*, size_t>,
+      .tx_ctx = enosys<fid_ep*, int, fi_tx_attr*, fid_ep**, void*>,
+      .rx_ctx = enosys<fid_ep*, int, fi_rx_attr*, fid_ep**, void*>,
+      .rx_size_left = enosys_ssize<fid_ep*>,
+      .tx_size_left = enosys_ssize<fid_ep*>,
+  };
+};
+
+struct EpOps {
+  using R = Receives<Endpoint>;
+
+  static int bind(fid* f, fid* bfid, uint64_t flags) {
+    Endpoint* e = Endpoint::from_fid(f);
+    if (e == nullptr || bfid == nullptr) return -FI_EINVAL;
+    std::lock_guard lock(e->mu_);
+    if (e->enabled_) return -FI_EOPBADSTATE;
+    switch (bfid->fclass) {
+      case FI_CLASS_EQ: {
+        Eq* eq = Eq::from_fid(bfid);
+        if (eq == nullptr) return -FI_EINVAL;
+        if (flags != 0) return -FI_EBADFLAGS;
+        if (e->eq_ != nullptr) return -FI_EBUSY;
+        eq->hold();
+        e->eq_ = eq;
+        return 0;
+      }
+      case FI_CLASS_CQ: {
+        Cq* cq = Cq::from_fid(bfid);
+        if (cq == nullptr || cq->domain() != e->domain_) return -FI_EINVAL;
+        if ((flags & ~kCqBindFlags) != 0 || (flags & (FI_TRANSMIT | FI_RECV)) == 0) {
+          return -FI_EBADFLAGS;
+        }
+        if (((flags & FI_TRANSMIT) && e->tx_cq_) || ((flags & FI_RECV) && e->rx_cq())) {
+          return -FI_EBUSY;
+        }
+        const bool selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
+        if (flags & FI_TRANSMIT) {
+          cq->hold();
+          e->tx_cq_ = cq;
+          e->tx_selective_ = selective;
+        }
+        if (flags & FI_RECV) {
+          cq->hold();
+          e->rx_cq_.store(cq, std::memory_order_release);
+          e->rx_selective_ = selective;
+        }
+        return 0;
+      }
+      case FI_CLASS_CNTR: {
+        Cntr* c = Cntr::from_fid(bfid);
+        if (c == nullptr) return -FI_EINVAL;
+        if ((flags & ~kCntrBindFlags) != 0 || flags == 0) return -FI_EBADFLAGS;
+        if ((flags & FI_SEND) && e->tx_cntr_ == nullptr) {
+          c->hold();
+          e->tx_cntr_ = c;
+        }
+        if ((flags & FI_RECV) && e->rx_cntr_ == nullptr) {
+          c->hold();
+          e->rx_cntr_ = c;
+        }
+        return 0;
+      }
+      case FI_CLASS_AV: {
+        Av* av = Av::from_fid(bfid);
+        if (av == nullptr || av->domain() != e->domain_ || !e->rdm_) return -FI_EINVAL;
+        if (flags != 0) return -FI_EBADFLAGS;
+        if (e->av_ != nullptr) return -FI_EBUSY;
+        av->hold();
+        e->av_ = av;
+        return 0;
+      }
+      case FI_CLASS_SRX_CTX: {
+        Srx* srx = Srx::from_fid(bfid);
+        if (srx == nullptr || srx->domain() != e->domain_) return -FI_EINVAL;
+        if (flags != 0) return -FI_EBADFLAGS;
+        if (e->srx_ != nullptr || e->queue_.posted() != 0) return -FI_EBUSY;
+        srx->hold();
+        srx->attach(e);
+        e->srx_ = srx;
+        return 0;
+      }
+      default:
+        return -FI_EINVAL;
+    }
+  }
+
+  static int control(fid* f, int command, void* arg) {
+    Endpoint* e = Endpoint::from_fid(f);
+    if (e == nullptr) return -FI_EINVAL;
+    if (command == FI_GETOPSFLAG || command == FI_SETOPSFLAG) {
+      return arg == nullptr ? -FI_EINVAL : -FI_ENOSYS;
+    }
+    if (command != FI_ENABLE) return -FI_ENOSYS;
+    return e->enable();
+  }
+
+  static int getopt(fid* f, int level, int name, void* val, size_t* len) {
+    if (Endpoint::from_fid(f) == nullptr || val == nullptr || len == nullptr) return -FI_EINVAL;
+    if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
+    if (name == FI_OPT_CM_DATA_SIZE) {
+      if (*len < sizeof(size_t)) return -FI_ETOOSMALL;
+      *static_cast<size_t*>(val) = kCmDataSize;
+      *len = sizeof(size_t);
+      return 0;
+    }
+    return -FI_ENOPROTOOPT;
+  }
+
+  // No option is settable.
+  static int setopt(fid* f, int, int, const void*, size_t) {
+    if (Endpoint::from_fid(f) == nullptr) return -FI_EINVAL;
+    return -FI_ENOPROTOOPT;
+  }
+
+  // --- connection management (fi_cm(3))
+
+  static int connect(fid_ep* f, const void* addr, const void* param, size_t paramlen) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr || paramlen > kCmDataSize || (paramlen > 0 && param == nullptr)) {
+      return -FI_EINVAL;
+    }
+    sockaddr_in peer{};
+    Connection* conn = nullptr;
+    {
+      std::lock_guard lock(e->mu_);
+      if (!e->enabled_ || e->failed_ || e->conn_handle_ != nullptr) return -FI_EOPBADSTATE;
+      if (e->conn_ != nullptr) return -FI_EISCONN;
+      if (addr != nullptr) {
+        std::memcpy(&peer, addr, sizeof(peer));
+      } else if (e->dest_) {
+        peer = *e->dest_;
+      } else {
+        return -FI_EINVAL;
+      }
+      if (peer.sin_family != AF_INET) return -FI_EINVAL;
+      int err = 0;
+      e->conn_.reset(make_connection(e, nullptr, &err));
+      if (e->conn_ == nullptr) return err;
+      conn = e->conn_.get();
+    }
+    return conn->connect(peer, param, paramlen);
+  }
+
+  static int accept(fid_ep* f, const void* param, size_t paramlen) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr || paramlen > kCmDataSize || (paramlen > 0 && param == nullptr)) {
+      return -FI_EINVAL;
+    }
+    Connection* conn = e->connection();
+    if (conn == nullptr || e->conn_handle_ == nullptr) return -FI_EOPBADSTATE;
+    {
+      std::lock_guard lock(e->mu_);
+      if (!e->enabled_) return -FI_EOPBADSTATE;
+    }
+    return conn->accept(param, paramlen);
+  }
+
+  static int shutdown(fid_ep* f, uint64_t flags) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    if (flags != 0) return -FI_EBADFLAGS;
+    Connection* conn = e->connection();
+    if (conn == nullptr) return -FI_ENOTCONN;
+    return conn->shutdown();
+  }
+
+  static int getname(fid* f, void* addr, size_t* addrlen) {
+    Endpoint* e = Endpoint::from_fid(f);
+    if (e == nullptr || addrlen == nullptr) return -FI_EINVAL;
+    if (Connection* conn = e->connection(); conn != nullptr) return conn->getname(addr, addrlen);
+    sockaddr_in name;
+    {
+      std::lock_guard lock(e->mu_);
+      name = e->enabled_ && e->rdm_ ? e->rdm_name_ : e->src_;
+    }
+    const size_t have = *addrlen;
+    *addrlen = sizeof(sockaddr_in);
+    if (addr == nullptr || have < sizeof(sockaddr_in)) return -FI_ETOOSMALL;
+    std::memcpy(addr, &name, sizeof(sockaddr_in));
+    return 0;
+  }
+
+  // RDM: the address the listener takes at fi_enable.
+  static int setname(fid* f, void* addr, size_t addrlen) {
+    Endpoint* e = Endpoint::from_fid(f);
+    if (e == nullptr || addr == nullptr || addrlen < sizeof(sockaddr_in)) return -FI_EINVAL;
+    sockaddr_in a;
+    std::memcpy(&a, addr, sizeof(a));
+    if (a.sin_family != AF_INET) return -FI_EINVAL;
+    std::lock_guard lock(e->mu_);
+    if (e->enabled_) return -FI_EOPBADSTATE;
+    e->src_ = a;
+    return 0;
+  }
+
+  static int getpeer(fid_ep* f, void* addr, size_t* addrlen) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr || addrlen == nullptr) return -FI_EINVAL;
+    Connection* conn = e->connection();
+    if (conn == nullptr) return -FI_ENOTCONN;
+    return conn->getpeer(addr, addrlen);
+  }
+
+  // --- data transfer (fi_msg(3), fi_tagged(3)). The destination fi_addr_t matters to RDM
+  // endpoints only; MSG endpoints ignore it (fi_msg(3)).
+
+  static ssize_t send(fid_ep* f, const void* buf, size_t len, void*, fi_addr_t dest,
+                      void* context) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send(
+        {.iov = &iov, .iov_count = 1, .dest = dest, .context = context, .flags = e->tx_op_flags_});
+  }
+  static ssize_t sendv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t dest,
+                       void* context) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    return e->post_send({.iov = iov,
+                         .iov_count = count,
+                         .dest = dest,
+                         .context = context,
+                         .flags = e->tx_op_flags_});
+  }
+  static ssize_t sendmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr || msg == nullptr) return -FI_EINVAL;
+    return e->post_send({.iov = msg->msg_iov,
+                         .iov_count = msg->iov_count,
+                         .dest = msg->addr,
+                         .context = msg->context,
+                         .flags = flags,
+                         .has_data = (flags & FI_REMOTE_CQ_DATA) != 0,
+                         .data = msg->data});
+  }
+  static ssize_t inject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send(
+        {.iov = &iov, .iov_count = 1, .dest = dest, .flags = FI_INJECT, .inject_call = true});
+  }
+  static ssize_t senddata(fid_ep* f, const void* buf, size_t len, void*, uint64_t data,
+                          fi_addr_t dest, void* context) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send({.iov = &iov,
+                         .iov_count = 1,
+                         .dest = dest,
+                         .context = context,
+                         .flags = e->tx_op_flags_,
+                         .has_data = true,
+                         .data = data});
+  }
+  static ssize_t injectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send({.iov = &iov,
+                         .iov_count = 1,
+                         .dest = dest,
+                         .flags = FI_INJECT,
+                         .has_data = true,
+                         .data = data,
+                         .inject_call = true});
+  }
+  static ssize_t tsend(fid_ep* f, const void* buf, size_t len, void*, fi_addr_t dest, uint64_t tag,
+                       void* context) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send({.iov = &iov,
+                         .iov_count = 1,
+                         .dest = dest,
+                         .context = context,
+                         .flags = e->tx_op_flags_,
+                         .tagged = true,
+                         .tag = tag});
+  }
+  static ssize_t tsendv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t dest,
+                        uint64_t tag, void* context) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    return e->post_send({.iov = iov,
+                         .iov_count = count,
+                         .dest = dest,
+                         .context = context,
+                         .flags = e->tx_op_flags_,
+                         .tagged = true,
+                         .tag = tag});
+  }
+  static ssize_t tsendmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr || msg == nullptr) return -FI_EINVAL;
+    return e->post_send({.iov = msg->msg_iov,
+                         .iov_count = msg->iov_count,
+                         .dest = msg->addr,
+                         .context = msg->context,
+                         .flags = flags,
+                         .tagged = true,
+                         .tag = msg->tag,
+                         .has_data = (flags & FI_REMOTE_CQ_DATA) != 0,
+                         .data = msg->data});
+  }
+  static ssize_t tinject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t tag) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send({.iov = &iov,
+                         .iov_count = 1,
+                         .dest = dest,
+                         .flags = FI_INJECT,
+                         .tagged = true,
+                         .tag = tag,
+                         .inject_call = true});
+  }
+  static ssize_t tsenddata(fid_ep* f, const void* buf, size_t len, void*, uint64_t data,
+                           fi_addr_t dest, uint64_t tag, void* context) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send({.iov = &iov,
+                         .iov_count = 1,
+                         .dest = dest,
+                         .context = context,
+                         .flags = e->tx_op_flags_,
+                         .tagged = true,
+                         .tag = tag,
+                         .has_data = true,
+                         .data = data});
+  }
+  static ssize_t tinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
+                             uint64_t tag) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    const iovec iov{const_cast<void*>(buf), len};
+    return e->post_send({.iov = &iov,
+                         .iov_count = 1,
+                         .dest = dest,
+                         .flags = FI_INJECT,
+                         .tagged = true,
+                         .tag = tag,
+                         .has_data = true,
+                         .data = data,
+                         .inject_call = true});
+  }
+
+  static ssize_t tx_size_left(fid_ep* f) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    std::lock_guard lock(e->mu_);
+    if (!e->enabled_) return -FI_EOPBADSTATE;
+    return static_cast<ssize_t>(e->tx_ring_.free_count());
+  }
+  static ssize_t rx_size_left(fid_ep* f) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    std::lock_guard lock(e->mu_);
+    if (!e->enabled_) return -FI_EOPBADSTATE;
+    return static_cast<ssize_t>(e->rx_size_ - e->queue_.posted());
+  }
+
+  static inline fi_ops fi_ops_ = {
+      .size = sizeof(fi_ops),
+      .close = R::close,
+      .bind = bind,
+      .control = control,
+      .ops_open = no_ops_open,
+      .tostr = no_tostr,
+      .ops_set = no_ops_set,
+  };
+  static inline fi_ops_ep ep_ops_ = {
+      .size = sizeof(fi_ops_ep),
+      .cancel = R::cancel,
+      .getopt = getopt,
+      .setopt = setopt,
+      .tx_ctx = enosys<fid_ep*, int, fi_tx_attr*, fid_ep**, void*>,
+      .rx_ctx = enosys<fid_ep*, int, fi_rx_attr*, fid_ep**, void*>,
+      .rx_size_left = rx_size_left,
+      .tx_size_left = tx_size_left,
+  };
+  static inline fi_ops_cm cm_ops_ = {
+      .size = sizeof(fi_ops_cm),
+      .setname = enosys<fid*, void*, size_t>,
+      .getname = getname,
+      .getpeer = getpeer,
+      .connect = connect,
+      .listen = enosys<fid_pep*>,
+      .accept = accept,
+      .reject = enosys<fid_pep*, fid_t, const void*, size_t>,
+      .shutdown = shutdown,
+      .join = enosys<fid_ep*, const void*, uint64_t, fid_mc**, void*>,
+  };
+  // An RDM endpoint has a name and nothing to connect (fi_cm(3)).
+  static inline fi_ops_cm rdm_cm_ops_ = {
+      .size = sizeof(fi_ops_cm),
+      .setname = setname,
+      .getname = getname,
+      .getpeer = enosys<fid_ep*, void*, size_t*>,
+      .connect = enosys<fid_ep*, const void*, const void*, size_t>,
+      .listen = enosys<fid_pep*>,
+      .accept = enosys<fid_ep*, const void*, size_t>,
+      .reject = enosys<fid_pep*, fid_t, const void*, size_t>,
+      .shutdown = enosys<fid_ep*, uint64_t>,
+      .join = enosys<fid_ep*, const void*, uint64_t, fid_mc**, void*>,
+  };
+  static inline fi_ops_msg msg_ops_ = {
+      .size = sizeof(fi_ops_msg),
+      .recv = R::recv,
+      .recvv = R::recvv,
+      .recvmsg = R::recvmsg,
+      .send = send,
+      .sendv = sendv,
+      .sendmsg = sendmsg,
+      .inject = inject,
+      .senddata = senddata,
+      .injectdata = injectdata,
+  };
+  static inline fi_ops_tagged tagged_ops_ = {
+      .size = sizeof(fi_ops_tagged),
+      .recv = R::trecv,
+      .recvv = R::trecvv,
+      .recvmsg = R::trecvmsg,
+      .send = tsend,
+      .sendv = tsendv,
+      .sendmsg = tsendmsg,
+      .inject = tinject,
+      .senddata = tsenddata,
+      .injectdata = tinjectdata,
+  };
+};
+
+struct SrxOps {
+  using R = Receives<Srx>;
+
+  static inline fi_ops fi_ops_ = {
+      .size = sizeof(fi_ops),
+      .close = R::close,
+      .bind = no_bind,
+      .control = no_control,
+      .ops_open = no_ops_open,
+      .tostr = no_tostr,
+      .ops_set = no_ops_set,
+  };
+  static inline fi_ops_msg msg_ops_ = {
+      .size = sizeof(fi_ops_msg),
+      .recv = R::recv,
+      .recvv = R::recvv,
+      .recvmsg = R::recvmsg,
+      .send = enosys_ssize<fid_ep*, const void*, size_t, void*, fi_addr_t, void*>,
+      .sendv = enosys_ssize<fid_ep*, const iovec*, void**, size_t, fi_addr_t, void*>,
+      .sendmsg = enosys_ssize<fid_ep*, const fi_msg*, uint64_t>,
+      .inject = enosys_ssize<fid_ep*, const void*, size_t, fi_addr_t>,
+      .senddata = enosys_ssize<fid_ep*, const void*, size_t, void*, uint64_t, fi_addr_t, void*>,
+      .injectdata = enosys_ssize<fid_ep*, const void*, size_t, uint64_t, fi_addr_t>,
+  };
+  static inline fi_ops_tagged tagged_ops_ = {
+      .size = sizeof(fi_ops_tagged),
+      .recv = R::trecv,
+      .recvv = R::trecvv,
+      .recvmsg = R::trecvmsg,
+      .send = enosys_ssize<fid_ep*, const void*, size_t, void*, fi_addr_t, uint64_t, void*>,
+      .sendv = enosys_ssize<fid_ep*, const iovec*, void**, size_t, fi_addr_t, uint64_t, void*>,
+      .sendmsg = enosys_ssize<fid_ep*, const fi_msg_tagged*, uint64_t>,
+      .inject = enosys_ssize<fid_ep*, const void*, size_t, fi_addr_t, uint64_t>,
+      .senddata =
+          enosys_ssize<fid_ep*, const void*, size_t, void*, uint64_t, fi_addr_t, uint64_t, void*>,
+      .injectdata = enosys_ssize<fid_ep*, const void*, size_t, uint64_t, fi_addr_t, uint64_t>,
+  };
+};
+
+// --- the descriptors: a fid is an endpoint's or an SRX's when it carries these tables
+
+Endpoint* Endpoint::from_fid(const fid* f) {
+  return Object::from<Endpoint, fid_ep>(f, FI_CLASS_EP, &EpOps::fi_ops_);
+}
+
+void Endpoint::init_box(void* context) {
+  init_fid(&box_.fid.fid, FI_CLASS_EP, context, &EpOps::fi_ops_);
+  box_.fid.ops = &EpOps::ep_ops_;
+  box_.fid.cm = rdm_ ? &EpOps::rdm_cm_ops_ : &EpOps::cm_ops_;
+  box_.fid.msg = &EpOps::msg_ops_;
+  box_.fid.tagged = &EpOps::tagged_ops_;
+  box_.owner = this;
+}
+
+Srx* Srx::from_fid(const fid* f) {
+  return Object::from<Srx, fid_ep>(f, FI_CLASS_SRX_CTX, &SrxOps::fi_ops_);
+}
+
+void Srx::init_box(void* context) {
+  init_fid(&box_.fid.fid, FI_CLASS_SRX_CTX, context, &SrxOps::fi_ops_);
+  box_.fid.ops = &Receives<Srx>::ep_ops_;
+  box_.fid.cm = &EpOps::cm_ops_;
+  box_.fid.msg = &SrxOps::msg_ops_;
+  box_.fid.tagged = &SrxOps::tagged_ops_;
+  box_.owner = this;
+}
+
+// --- fi_endpoint, fi_srx_context
+
+int open_endpoint(fid_domain* domain_fid, fi_info* info, fid_ep** out, void* context) {
+  if (out != nullptr) *out = nullptr;
+  Domain* domain = Domain::from_fid(domain_fid ? &domain_fid->fid : nullptr);
+  if (domain == nullptr || info == nullptr || out == nullptr) return -FI_EINVAL;
+  if (info->ep_attr != nullptr && info->ep_attr->type != FI_EP_MSG &&
+      info->ep_attr->type != FI_EP_RDM && info->ep_attr->type != FI_EP_UNSPEC) {
+    return -FI_EINVAL;
+  }
+  if (domain->failed()) return -FI_EOPBADSTATE;
+  // The handle is looked up, not read: it may name an object the application closed.
+  sockaddr_in pep_name{};
+  const HandleKind kind = classify_handle(info->handle, &pep_name);
+  if (kind == HandleKind::kUnknown) return -FI_EINVAL;
+  Endpoint* e = make_object<Endpoint>(domain, *info, context);
+  if (e == nullptr) return -FI_ENOMEM;
+  // fi_endpoint(3): an active endpoint may take over a passive endpoint's address.
+  if (kind == HandleKind::kPassiveEp && pep_name.sin_family == AF_INET) e->src_ = pep_name;
+  if (kind == HandleKind::kConnReq) {
+    // Opened from an FI_CONNREQ: the endpoint takes over the pending connection.
+    e->conn_handle_ = info->handle;
+    int err = 0;
+    e->conn_.reset(make_connection(e, info->handle, &err));
+    if (e->conn_ == nullptr) {
+      delete e;
+      return err != 0 ? err : -FI_EINVAL;
+    }
+  }
+  *out = e->handle();
+  domain->register_target(e);
+  domain->note_operation();
+  return 0;
+}
+
+int open_srx(fid_domain* domain_fid, fi_rx_attr* attr, fid_ep** out, void* context) {
+  if (out != nullptr) *out = nullptr;
+  Domain* domain = Domain::from_fid(domain_fid ? &domain_fid->fid : nullptr);
+  if (domain == nullptr || attr == nullptr || out == nullptr) return -FI_EINVAL;
+  if (domain->failed()) return -FI_EOPBADSTATE;
+  Srx* s = make_object<Srx>(domain, *attr, context);
+  if (s == nullptr) return -FI_ENOMEM;
+  *out = s->handle();
+  domain->register_target(s);
+  domain->note_operation();
+  return 0;
+}
+
+}  // namespace fabq::prov
