@@ -12,6 +12,7 @@
 #include "prov/getinfo.h"
 #include "prov/noop.h"
 #include "prov/provider.h"
+#include "prov/srx.h"
 #include "prov/transport.h"
 #include "prov/wait_set.h"
 

@@ -15,6 +15,7 @@
 #include "prov/eq.h"
 #include "prov/fabric.h"
 #include "prov/provider.h"
+#include "prov/srx.h"
 
 namespace fabq::prov {
 namespace {
@@ -24,15 +25,6 @@ constexpr uint64_t kCompletionLevels =
 
 uint64_t recv_flags(bool tagged) {
   return FI_RECV | (tagged ? FI_TAGGED : FI_MSG);
-}
-
-core::CompletionError recv_error(const PostedRecv& r, int err, int prov_errno) {
-  return {.completion = {.op_context = r.context,
-                         .flags = recv_flags(r.tagged),
-                         .buf = r.iov_count ? r.iov[0].iov_base : nullptr},
-          .olen = 0,
-          .err = err,
-          .prov_errno = prov_errno};
 }
 
 size_t scatter(const iovec* iov, size_t count, const unsigned char* src, size_t len) {
@@ -52,6 +44,15 @@ TxLevel level_of(uint64_t flags) {
 }
 
 }  // namespace
+
+core::CompletionError recv_error(const PostedRecv& r, int err, int prov_errno) {
+  return {.completion = {.op_context = r.context,
+                         .flags = recv_flags(r.tagged),
+                         .buf = r.iov_count ? r.iov[0].iov_base : nullptr},
+          .olen = 0,
+          .err = err,
+          .prov_errno = prov_errno};
+}
 
 Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
     : Object(FI_CLASS_EP, domain),
@@ -829,129 +830,6 @@ void Endpoint::cm_error(int err, const void* data, size_t len) {
   e.err_data = len > 0 ? data : nullptr;
   e.err_data_size = std::min(len, core::kEqMaxErrData);
   (void)q->queue().write_error(e);
-}
-
-// --- shared receive contexts
-
-Srx::Srx(Domain* domain, const fi_rx_attr& attr, void* context)
-    : Object(FI_CLASS_SRX_CTX, domain),
-      AsyncTarget(core::FaultTargetKind::kSrx, &box_.fid.fid),
-      domain_(domain),
-      size_(attr.size ? attr.size : 1024),
-      iov_limit_(attr.iov_limit ? std::min(attr.iov_limit, kMaxIov) : kMaxIov),
-      queue_(size_, params().unexpected_bytes, 4 * size_) {
-  init_box(context);
-}
-
-std::vector<Endpoint*> Srx::endpoints() {
-  std::lock_guard lock(mu_);
-  return endpoints_;
-}
-
-bool Srx::fail() {
-  std::lock_guard lock(mu_);
-  return !std::exchange(failed_, true);
-}
-
-void Srx::arm_limit(size_t limit) {
-  std::lock_guard lock(mu_);
-  limit_ = limit;
-}
-
-bool Srx::limit_crossed_locked() {
-  if (limit_ == 0 || queue_.posted() >= limit_) return false;
-  limit_ = 0;
-  return true;
-}
-
-void Srx::attach(Endpoint* ep) {
-  std::lock_guard lock(mu_);
-  endpoints_.push_back(ep);
-}
-
-ssize_t Srx::post_recv(const PostedRecv& posted) {
-  PostedRecv r = posted;
-  FaultAction action;
-  std::vector<uint32_t> cq_events;
-  // Borrowed (borrowed_) under mu_, so that none of them can finish closing until this is done
-  // with them: the endpoint a buffered message came through, and every endpoint to resume.
-  Endpoint* from = nullptr;
-  Cq* from_cq = nullptr;
-  std::vector<Endpoint*> eps;
-  uint32_t ack_seq = 0;
-  Connection* ack_conn = nullptr;
-  {
-    std::lock_guard lock(mu_);
-    if (failed_) return -FI_EOPBADSTATE;
-    if (r.flags & (FI_PEEK | FI_CLAIM)) return -FI_EBADFLAGS;
-    if (queue_.full()) return -FI_EAGAIN;
-    action = count_operation();
-    Unexpected* u = queue_.find_unexpected(r.tagged, r.tag, r.ignore);
-    if (u != nullptr && u->complete) {
-      from = u->from;
-      Cq* cq = from->rx_cq();
-      if (cq != nullptr && !cq->queue().reserve(1).ok()) return -FI_EAGAIN;
-      r.owner = from;
-      from->deliver_unexpected(r, *u, &cq_events);
-      from_cq = cq;
-      from->borrowed_.fetch_add(1, std::memory_order_relaxed);
-      if (u->in.ack == AckWanted::kDelivered && u->in.via != nullptr) {
-        ack_seq = u->in.seq;
-        ack_conn = u->in.via;
-      }
-      queue_.remove(u);
-    } else if (u != nullptr) {
-      // Still arriving: it completes on its endpoint's receive CQ, so the slot is taken there.
-      Cq* cq = u->from->rx_cq();
-      if (cq != nullptr && !cq->queue().reserve(1).ok()) return -FI_EAGAIN;
-      r.owner = u->from;
-      u->taker = r;
-    } else {
-      queue_.post(r);
-    }
-    eps = endpoints_;
-    for (Endpoint* ep : eps) ep->borrowed_.fetch_add(1, std::memory_order_relaxed);
-  }
-  raise(domain_, this, action.events);
-  if (from != nullptr) {
-    raise(domain_, from_cq, cq_events);
-    if (ack_conn != nullptr) ack_conn->ack_delivered(ack_seq);
-    from->borrowed_.fetch_sub(1, std::memory_order_release);
-  }
-  // A receive was posted or a buffered message consumed: a connection that stalled for want
-  // of either may go on.
-  for (Endpoint* ep : eps) {
-    ep->resume_if_stalled();
-    ep->borrowed_.fetch_sub(1, std::memory_order_release);
-  }
-  raise_deferred();
-  return 0;
-}
-
-// A cancelled shared receive is reported on the receive CQ of an endpoint using the SRX:
-// fi_endpoint(3) sends an SRX's completions to the CQ of the endpoint that consumed it.
-ssize_t Srx::cancel(void* context) {
-  bool limit_reached = false;
-  {
-    std::lock_guard lock(mu_);
-    Cq* cq = nullptr;
-    for (Endpoint* ep : endpoints_) {
-      if ((cq = ep->rx_cq()) != nullptr) break;
-    }
-    std::optional<PostedRecv> r = queue_.take_context(context);
-    if (!r) return -FI_ENOENT;
-    if (cq == nullptr) {
-      queue_.post(*r);
-      return -FI_ENOCQ;
-    }
-    if (core::Status s = cq->queue().write_error(recv_error(*r, FI_ECANCELED, 0)); !s.ok()) {
-      queue_.post(*r);  // full: the receive stays posted, nothing is lost
-      return s.to_fi();
-    }
-    limit_reached = limit_crossed_locked();
-  }
-  if (limit_reached) raise(domain_, this, FI_FABQ_EVENT_SRX_LIMIT_REACHED);
-  return 0;
 }
 
 }  // namespace fabq::prov

@@ -1,5 +1,5 @@
-// fabq provider: FI_EP_MSG and FI_EP_RDM endpoints and shared receive contexts
-// (fi_endpoint(3), fi_cm(3), fi_msg(3), fi_tagged(3)).
+// fabq provider: FI_EP_MSG and FI_EP_RDM endpoints (fi_endpoint(3), fi_cm(3), fi_msg(3),
+// fi_tagged(3)). Shared receive contexts: prov/srx.h; the op tables: ep_ops.cc.
 //
 // An endpoint is the libfabric object: its bindings (EQ, AV, CQs, counters, SRX), its transmit
 // ring, its receive queue (or its SRX's), matching, completions and counters. Bytes move in
@@ -31,8 +31,7 @@
 //
 // Asynchronous events (fi_fabq.h): an endpoint after EP_FATAL, EP_REQ_ERR or EP_ACCESS_ERR
 // completes every posted receive in error (err FI_EIO, prov_errno = the event) and refuses
-// posts with -FI_EOPBADSTATE. An SRX after SRX_ERR refuses posts. The SRX's armed limit raises
-// SRX_LIMIT_REACHED when its posted receives drop below it.
+// posts with -FI_EOPBADSTATE.
 //
 // Threads: every call may come from any thread (FI_THREAD_SAFE); each object has one mutex.
 #pragma once
@@ -53,6 +52,10 @@
 #include "prov/transport.h"
 #include "prov/tx_ring.h"
 
+namespace fabq::core {
+struct CompletionError;
+}  // namespace fabq::core
+
 namespace fabq::prov {
 
 class Av;
@@ -72,6 +75,9 @@ inline bool valid_buffers(const iovec* iov, size_t count) {
   }
   return true;
 }
+
+// The error completion of the posted receive `r` (err, prov_errno), an endpoint's or an SRX's.
+core::CompletionError recv_error(const PostedRecv& r, int err, int prov_errno);
 
 // One send as fi_send, fi_tsend and the rest of fi_msg(3) and fi_tagged(3) ask for it. The iov
 // array is the caller's and is read during the call only; so are the buffers it names when the
@@ -246,41 +252,10 @@ class Endpoint final : public Object, public AsyncTarget {
   std::atomic<int> borrowed_{0};
 };
 
-class Srx final : public Object, public AsyncTarget {
- public:
-  static Srx* from_fid(const fid* f);
-  Srx(Domain* domain, const fi_rx_attr& attr, void* context);
-  fid_ep* handle() { return &box_.fid; }
-  Domain* domain() const { return domain_; }
-  std::vector<Endpoint*> endpoints();
-  bool fail();
-  void arm_limit(size_t limit);
-  void attach(Endpoint* ep);
-
- private:
-  friend struct SrxOps;
-  friend class Endpoint;
-  template <class T>
-  friend struct Receives;
-  // Fills box_: the fid's common part, its op tables (ep_ops.cc) and its owner.
-  void init_box(void* context);
-  ssize_t post_recv(const PostedRecv& r);
-  ssize_t cancel(void* context);
-  // Under mu_: whether the posted count fell below the armed limit (disarms it).
-  bool limit_crossed_locked();
-
-  FidBox<fid_ep> box_;
-  Domain* const domain_;
-  const size_t size_;
-  const size_t iov_limit_;
-  std::mutex mu_;
-  bool failed_ = false;
-  size_t limit_ = 0;
-  RecvQueue queue_;
-  std::vector<Endpoint*> endpoints_;
-};
-
+// fi_endpoint: 0 with *ep set, or -FI_EINVAL (a null argument, a domain not fabq's, an endpoint
+// type other than MSG and RDM, a handle that names nothing open), -FI_EOPBADSTATE (the domain
+// failed), -FI_ENOMEM, or the transport's error taking over a CONNREQ. The endpoint belongs to
+// the application until fi_close.
 int open_endpoint(fid_domain* domain, fi_info* info, fid_ep** ep, void* context);
-int open_srx(fid_domain* domain, fi_rx_attr* attr, fid_ep** srx, void* context);
 
 }  // namespace fabq::prov

@@ -15,6 +15,7 @@
 #include "prov/endpoint.h"
 #include "prov/eq.h"
 #include "prov/noop.h"
+#include "prov/srx.h"
 
 namespace fabq::prov {
 namespace {

@@ -13,6 +13,7 @@
 #include "prov/eq.h"
 #include "prov/link_monitor.h"
 #include "prov/provider.h"
+#include "prov/srx.h"
 
 namespace fabq::prov {
 

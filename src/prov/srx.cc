@@ -1,0 +1,128 @@
+#include "prov/srx.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "prov/cq.h"
+#include "prov/domain.h"
+#include "prov/endpoint.h"
+#include "prov/provider.h"
+
+namespace fabq::prov {
+
+Srx::Srx(Domain* domain, const fi_rx_attr& attr, void* context)
+    : Object(FI_CLASS_SRX_CTX, domain),
+      AsyncTarget(core::FaultTargetKind::kSrx, &box_.fid.fid),
+      domain_(domain),
+      size_(attr.size ? attr.size : 1024),
+      iov_limit_(attr.iov_limit ? std::min(attr.iov_limit, kMaxIov) : kMaxIov),
+      queue_(size_, params().unexpected_bytes, 4 * size_) {
+  init_box(context);
+}
+
+std::vector<Endpoint*> Srx::endpoints() {
+  std::lock_guard lock(mu_);
+  return endpoints_;
+}
+
+bool Srx::fail() {
+  std::lock_guard lock(mu_);
+  return !std::exchange(failed_, true);
+}
+
+void Srx::arm_limit(size_t limit) {
+  std::lock_guard lock(mu_);
+  limit_ = limit;
+}
+
+void Srx::attach(Endpoint* ep) {
+  std::lock_guard lock(mu_);
+  endpoints_.push_back(ep);
+}
+
+ssize_t Srx::post_recv(const PostedRecv& posted) {
+  PostedRecv r = posted;
+  FaultAction action;
+  std::vector<uint32_t> cq_events;
+  // Borrowed (borrowed_) under mu_, so that none of them can finish closing until this is done
+  // with them: the endpoint a buffered message came through, and every endpoint to resume.
+  Endpoint* from = nullptr;
+  Cq* from_cq = nullptr;
+  std::vector<Endpoint*> eps;
+  uint32_t ack_seq = 0;
+  Connection* ack_conn = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (failed_) return -FI_EOPBADSTATE;
+    if (r.flags & (FI_PEEK | FI_CLAIM)) return -FI_EBADFLAGS;
+    if (queue_.full()) return -FI_EAGAIN;
+    action = count_operation();
+    Unexpected* u = queue_.find_unexpected(r.tagged, r.tag, r.ignore);
+    if (u != nullptr && u->complete) {
+      from = u->from;
+      Cq* cq = from->rx_cq();
+      if (cq != nullptr && !cq->queue().reserve(1).ok()) return -FI_EAGAIN;
+      r.owner = from;
+      from->deliver_unexpected(r, *u, &cq_events);
+      from_cq = cq;
+      from->borrowed_.fetch_add(1, std::memory_order_relaxed);
+      if (u->in.ack == AckWanted::kDelivered && u->in.via != nullptr) {
+        ack_seq = u->in.seq;
+        ack_conn = u->in.via;
+      }
+      queue_.remove(u);
+    } else if (u != nullptr) {
+      // Still arriving: it completes on its endpoint's receive CQ, so the slot is taken there.
+      Cq* cq = u->from->rx_cq();
+      if (cq != nullptr && !cq->queue().reserve(1).ok()) return -FI_EAGAIN;
+      r.owner = u->from;
+      u->taker = r;
+    } else {
+      queue_.post(r);
+    }
+    eps = endpoints_;
+    for (Endpoint* ep : eps) ep->borrowed_.fetch_add(1, std::memory_order_relaxed);
+  }
+  raise(domain_, this, action.events);
+  if (from != nullptr) {
+    raise(domain_, from_cq, cq_events);
+    if (ack_conn != nullptr) ack_conn->ack_delivered(ack_seq);
+    from->borrowed_.fetch_sub(1, std::memory_order_release);
+  }
+  // A receive was posted or a buffered message consumed: a connection that stalled for want
+  // of either may go on.
+  for (Endpoint* ep : eps) {
+    ep->resume_if_stalled();
+    ep->borrowed_.fetch_sub(1, std::memory_order_release);
+  }
+  raise_deferred();
+  return 0;
+}
+
+// A cancelled shared receive is reported on the receive CQ of an endpoint using the SRX:
+// fi_endpoint(3) sends an SRX's completions to the CQ of the endpoint that consumed it.
+ssize_t Srx::cancel(void* context) {
+  bool limit_reached = false;
+  {
+    std::lock_guard lock(mu_);
+    Cq* cq = nullptr;
+    for (Endpoint* ep : endpoints_) {
+      if ((cq = ep->rx_cq()) != nullptr) break;
+    }
+    std::optional<PostedRecv> r = queue_.take_context(context);
+    if (!r) return -FI_ENOENT;
+    if (cq == nullptr) {
+      queue_.post(*r);
+      return -FI_ENOCQ;
+    }
+    if (core::Status s = cq->queue().write_error(recv_error(*r, FI_ECANCELED, 0)); !s.ok()) {
+      queue_.post(*r);  // full: the receive stays posted, nothing is lost
+      return s.to_fi();
+    }
+    limit_reached = limit_crossed_locked();
+  }
+  if (limit_reached) raise(domain_, this, FI_FABQ_EVENT_SRX_LIMIT_REACHED);
+  return 0;
+}
+
+}  // namespace fabq::prov

@@ -1,0 +1,85 @@
+// fabq provider: shared receive contexts (fi_endpoint(3) fi_srx_context, FI_CLASS_SRX_CTX).
+//
+// An SRX is one receive queue (prov/recv_queue.h) for every endpoint bound to it: their
+// messages take its posted receives, and those that come before a receive are buffered in it.
+// A shared receive completes on the receive CQ of the endpoint whose message it took, and takes
+// its slot on that CQ when a message picks it, not when it is posted.
+//
+// Calls: fi_recv, recvv, recvmsg, trecv, trecvv, trecvmsg (FI_PEEK, FI_CLAIM: -FI_EBADFLAGS;
+// its queue full, or no room on the CQ of the buffered message a receive takes: -FI_EAGAIN),
+// and fi_cancel, whose FI_ECANCELED completion goes to the receive CQ of the first bound
+// endpoint that has one (none: -FI_ENOCQ; full: -FI_EAGAIN, the receive stays posted). Sends:
+// -FI_ENOSYS. The op tables are in ep_ops.cc.
+//
+// Asynchronous events (fi_fabq.h): after SRX_ERR it refuses posts with -FI_EOPBADSTATE. An
+// armed limit raises SRX_LIMIT_REACHED once, when its posted receives drop below it.
+//
+// Threads: every call may come from any thread. One mutex, taken after an endpoint's (lock
+// order: prov/transport.h).
+#pragma once
+
+#include <rdma/fi_endpoint.h>
+
+#include <cstddef>
+#include <mutex>
+#include <vector>
+
+#include "prov/events.h"
+#include "prov/object.h"
+#include "prov/recv_queue.h"
+#include "prov/transport.h"
+
+namespace fabq::prov {
+
+class Domain;
+class Endpoint;
+
+class Srx final : public Object, public AsyncTarget {
+ public:
+  // The SRX whose descriptor `f` is; null for any other fid.
+  static Srx* from_fid(const fid* f);
+  Srx(Domain* domain, const fi_rx_attr& attr, void* context);
+  fid_ep* handle() { return &box_.fid; }
+  Domain* domain() const { return domain_; }
+  // The endpoints bound to it now (a copy, taken under its lock).
+  std::vector<Endpoint*> endpoints();
+  // SRX_ERR: refuses posts from now on. True the first time.
+  bool fail();
+  // Raises SRX_LIMIT_REACHED once its posted receives drop below `limit` (0: never).
+  void arm_limit(size_t limit);
+  // fi_ep_bind of `ep` to it, holding ep's lock. The endpoint leaves in its destructor.
+  void attach(Endpoint* ep);
+
+ private:
+  friend struct SrxOps;
+  friend class Endpoint;
+  template <class T>
+  friend struct Receives;
+  // Fills box_: the fid's common part, its op tables (ep_ops.cc) and its owner.
+  void init_box(void* context);
+  ssize_t post_recv(const PostedRecv& r);
+  ssize_t cancel(void* context);
+  // Under mu_: whether the posted count fell below the armed limit (disarms it).
+  bool limit_crossed_locked() {
+    if (limit_ == 0 || queue_.posted() >= limit_) return false;
+    limit_ = 0;
+    return true;
+  }
+
+  FidBox<fid_ep> box_;
+  Domain* const domain_;
+  const size_t size_;
+  const size_t iov_limit_;
+  std::mutex mu_;
+  bool failed_ = false;
+  size_t limit_ = 0;
+  RecvQueue queue_;
+  std::vector<Endpoint*> endpoints_;
+};
+
+// fi_srx_context: 0 with *srx set, or -FI_EINVAL (a null argument, a domain not fabq's),
+// -FI_EOPBADSTATE (the domain failed), -FI_ENOMEM. The SRX belongs to the application until
+// fi_close.
+int open_srx(fid_domain* domain, fi_rx_attr* attr, fid_ep** srx, void* context);
+
+}  // namespace fabq::prov
