@@ -10,7 +10,8 @@
 // Invariants checked:
 //   - take_header() takes exactly what the header still needs of what it is offered, never more;
 //     take_payload() takes min(offered, payload_left()), never more;
-//   - payload_left() never exceeds the frame's limit: max_payload for messages, kMaxCmData for
+//   - payload_left() never exceeds the frame's limit: max_payload for messages, core::kCmDataSize
+//   for
 //     connect, accept and reject data (and a nonce more for an authenticating request), the
 //     fixed sizes of kChallenge and kProof, 0 for the rest;
 //   - a completed header re-encodes to the stream's bytes, and obeys every rule of decode();
@@ -28,7 +29,8 @@
 namespace fabq::xport::wire {
 namespace {
 
-constexpr size_t kMaxPayloads[] = {0, 1, 31, 32, kMaxCmData, 4096, 1u << 20, UINT32_MAX, SIZE_MAX};
+constexpr size_t kMaxPayloads[] = {0,    1,        31,         32,      core::kCmDataSize,
+                                   4096, 1u << 20, UINT32_MAX, SIZE_MAX};
 
 void check(bool ok) {
   if (!ok) __builtin_trap();
@@ -38,16 +40,16 @@ bool is_data(Op op) {
   return op == Op::kMsg || op == Op::kTagged;
 }
 
-// The length limit of a header: kMaxCmData for connect, accept and reject data (plus a nonce for
-// an authenticating request), the receiver's max_payload for messages, the fixed sizes of
+// The length limit of a header: core::kCmDataSize for connect, accept and reject data (plus a nonce
+// for an authenticating request), the receiver's max_payload for messages, the fixed sizes of
 // kChallenge and kProof, 0 for the rest.
 size_t length_limit(const Header& h, size_t max_payload) {
   switch (h.op) {
     case Op::kConnReq:
-      return (h.flags & kAuth) != 0 ? kMaxCmData + kNonceSize : kMaxCmData;
+      return (h.flags & kAuth) != 0 ? core::kCmDataSize + kNonceSize : core::kCmDataSize;
     case Op::kConnAccept:
     case Op::kConnReject:
-      return kMaxCmData;
+      return core::kCmDataSize;
     case Op::kMsg:
     case Op::kTagged:
       return max_payload;

@@ -2,7 +2,7 @@
 //
 // Bounded storage sized at construction (the requested size rounded up to a power of two:
 // size is a minimum). Each slot holds one event of up to kEqMaxEventSize bytes inline: a plain
-// `fi_eq_entry`, an `fi_eq_cm_entry` with up to kEqMaxCmData bytes of connection data, an
+// `fi_eq_entry`, an `fi_eq_cm_entry` with up to kCmDataSize bytes of connection data, an
 // application event written with write(), or an error entry with up to kEqMaxErrData bytes of
 // err_data. Nothing is allocated after create().
 //
@@ -35,6 +35,7 @@
 #include <functional>
 #include <memory>
 
+#include "core/cm_data.h"
 #include "core/ring.h"
 #include "core/spinlock.h"
 #include "core/status.h"
@@ -44,9 +45,8 @@
 namespace fabq::core {
 
 inline constexpr size_t kEqMaxErrData = 256;
-inline constexpr size_t kEqMaxCmData = 256;
 inline constexpr size_t kEqMaxEventSize = sizeof(fi_eq_err_entry) + kEqMaxErrData;
-static_assert(kEqMaxEventSize >= sizeof(fi_eq_cm_entry) + kEqMaxCmData);
+static_assert(kEqMaxEventSize >= sizeof(fi_eq_cm_entry) + kCmDataSize);
 
 struct EqConfig {
   size_t size = 1024;  // minimum number of events; must be > 0

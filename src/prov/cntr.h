@@ -31,7 +31,7 @@ class Cntr final : public Object {
   ~Cntr() override;
   fid_cntr* handle() { return &box_.fid; }
   core::Counter& counter() { return *counter_; }
-  // What every read does first: drives the transport (prov/transport.h).
+  // What every read does first: drives the transport (xport/transport.h).
   void drive();
   Fabric* fabric() const;
   ExternalWait& external() { return external_; }

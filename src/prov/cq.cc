@@ -10,7 +10,6 @@
 #include "prov/fabric.h"
 #include "prov/noop.h"
 #include "prov/provider.h"
-#include "prov/transport.h"
 #include "prov/wait_set.h"
 
 namespace fabq::prov {

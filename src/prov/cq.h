@@ -46,7 +46,7 @@ class Cq final : public Object, public AsyncTarget {
   [[nodiscard]] std::vector<uint32_t> complete_error(const core::CompletionError& e);
   // An error completion with no operation (op_context NULL), as fault injection writes it.
   void inject_error(int err, int prov_errno);
-  // What every read does first: drives the transport (prov/transport.h), unless the CQ
+  // What every read does first: drives the transport (xport/transport.h), unless the CQ
   // already holds the `want` entries the read asks for (0: always).
   void drive(size_t want = 0);
   ExternalWait& external() { return external_; }

@@ -13,7 +13,6 @@
 #include "prov/noop.h"
 #include "prov/provider.h"
 #include "prov/srx.h"
-#include "prov/transport.h"
 #include "prov/wait_set.h"
 
 namespace fabq::prov {
@@ -101,7 +100,7 @@ Domain::Domain(Fabric* fabric, const fi_info& info, std::unique_ptr<core::AsyncC
   box_.fid.mr = &DomainOps::mr_ops_;
   box_.owner = this;
   // FI_PROGRESS_AUTO, when asked for: the transport's progress thread runs while the domain
-  // is open, as if a thread were always waiting (prov/transport.h).
+  // is open, as if a thread were always waiting (xport/transport.h).
   const fi_domain_attr* a = info.domain_attr;
   if (a != nullptr &&
       (a->data_progress == FI_PROGRESS_AUTO || a->control_progress == FI_PROGRESS_AUTO)) {

@@ -27,12 +27,12 @@
 #include "core/fault_spec.h"
 #include "prov/events.h"
 #include "prov/object.h"
+#include "xport/transport.h"
 
 namespace fabq::prov {
 
 class Eq;
 class Fabric;
-class Transport;
 
 class Domain final : public Object, public AsyncTarget {
  public:
@@ -108,7 +108,7 @@ class Domain final : public Object, public AsyncTarget {
   std::vector<AsyncTarget*> targets_;
   int64_t opened_[4] = {};  // per core::FaultTargetKind: how many were opened
   uint64_t next_serial_ = 1;
-  Transport* auto_progress_ = nullptr;  // FI_PROGRESS_AUTO: the transport kept running
+  xport::Transport* auto_progress_ = nullptr;  // FI_PROGRESS_AUTO: the transport kept running
 };
 
 int open_domain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* context);

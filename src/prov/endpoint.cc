@@ -175,7 +175,8 @@ int Endpoint::enable() {
   // The listener is made (and, on failure, destroyed, which takes the engine lock) without
   // the endpoint's lock: the engine's lock comes first.
   int err = 0;
-  std::unique_ptr<Listener> listener(open_listener(this, at, &err));
+  std::unique_ptr<Listener> listener =
+      domain_->fabric()->transport()->open_listener(this, conn_params(), at, &err);
   if (listener == nullptr) return err != 0 ? err : -FI_EIO;
   std::lock_guard lock(mu_);
   if (enabled_) return 0;  // another thread's fi_enable won; this listener closes unused
@@ -412,11 +413,12 @@ bool Endpoint::fail(uint32_t type) {
 }
 
 bool Endpoint::place(const Incoming& in, Placement* p) {
+  PlaceRecord& rec = p->as<PlaceRecord>();
   std::lock_guard lock(mu_);
   p->iov_count = 0;
   p->capacity = 0;
   if (failed_ || closing_) {
-    p->kind = Placement::Kind::kDiscard;
+    rec.kind = PlaceRecord::Kind::kDiscard;
     return true;
   }
   Unexpected* unexpected = nullptr;
@@ -451,15 +453,15 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
     }
   }
   if (r) {
-    p->kind = Placement::Kind::kPosted;
-    p->recv = *r;
+    rec.kind = PlaceRecord::Kind::kPosted;
+    rec.recv = *r;
     ++placing_;
     for (size_t i = 0; i < r->iov_count; ++i) p->iov[i] = r->iov[i];
     p->iov_count = r->iov_count;
     p->capacity = r->len;
   } else {
-    p->kind = Placement::Kind::kUnexpected;
-    p->unexpected = unexpected;
+    rec.kind = PlaceRecord::Kind::kUnexpected;
+    rec.unexpected = unexpected;
     p->iov[0] = {unexpected->data, in.len};
     p->iov_count = 1;
     p->capacity = in.len;
@@ -480,16 +482,17 @@ bool Endpoint::take_retry() {
 }
 
 bool Endpoint::placed(const Incoming& in, Placement* p) {
+  PlaceRecord& rec = p->as<PlaceRecord>();
   std::vector<uint32_t> events;
   bool ack_now = in.ack == AckWanted::kDelivered;
   std::lock_guard lock(mu_);
-  switch (std::exchange(p->kind, Placement::Kind::kNone)) {
-    case Placement::Kind::kPosted:
+  switch (std::exchange(rec.kind, PlaceRecord::Kind::kNone)) {
+    case PlaceRecord::Kind::kPosted:
       --placing_;
-      complete_recv(p->recv, in, std::min(in.len, p->capacity), &events);
+      complete_recv(rec.recv, in, std::min(in.len, p->capacity), &events);
       break;
-    case Placement::Kind::kUnexpected: {
-      Unexpected* u = std::exchange(p->unexpected, nullptr);
+    case PlaceRecord::Kind::kUnexpected: {
+      Unexpected* u = std::exchange(rec.unexpected, nullptr);
       std::unique_lock<std::mutex> slock;
       if (srx_ != nullptr) slock = std::unique_lock(srx_->mu_);
       u->complete = true;
@@ -502,8 +505,8 @@ bool Endpoint::placed(const Incoming& in, Placement* p) {
       }
       break;
     }
-    case Placement::Kind::kDiscard:  // a failed endpoint's: nothing was delivered
-    case Placement::Kind::kNone:
+    case PlaceRecord::Kind::kDiscard:  // a failed endpoint's: nothing was delivered
+    case PlaceRecord::Kind::kNone:
       ack_now = false;
       break;
   }
@@ -512,17 +515,18 @@ bool Endpoint::placed(const Incoming& in, Placement* p) {
 }
 
 void Endpoint::unplace(Placement* p) {
+  PlaceRecord& rec = p->as<PlaceRecord>();
   std::lock_guard lock(mu_);
   std::unique_lock<std::mutex> slock;
   if (srx_ != nullptr) slock = std::unique_lock(srx_->mu_);
   std::optional<PostedRecv> back;
-  switch (std::exchange(p->kind, Placement::Kind::kNone)) {
-    case Placement::Kind::kPosted:
+  switch (std::exchange(rec.kind, PlaceRecord::Kind::kNone)) {
+    case PlaceRecord::Kind::kPosted:
       --placing_;
-      back = p->recv;
+      back = rec.recv;
       break;
-    case Placement::Kind::kUnexpected: {
-      Unexpected* u = std::exchange(p->unexpected, nullptr);
+    case PlaceRecord::Kind::kUnexpected: {
+      Unexpected* u = std::exchange(rec.unexpected, nullptr);
       back = u->taker;
       queue_locked().remove(u);
       break;
@@ -722,11 +726,7 @@ Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer
     for (auto& c : retired_) dead->push_back(std::move(c));
     retired_.clear();
   }
-  p.reset(make_connection(this, nullptr, err));
-  if (p == nullptr) {
-    if (*err == 0) *err = -FI_ENOMEM;
-    return nullptr;
-  }
+  p = domain_->fabric()->transport()->make_connection(this, conn_params());
   *peer = sa;
   *fresh = true;
   return p.get();
@@ -806,30 +806,19 @@ void Endpoint::abort_sends(Connection* c, int err) {
 
 // --- connection events
 
-void Endpoint::cm_event(uint32_t event, const void* data, size_t len) {
-  Eq* q = eq();
-  if (q == nullptr) return;
-  unsigned char buf[sizeof(fi_eq_cm_entry) + kCmDataSize];
-  fi_eq_cm_entry entry{};
-  entry.fid = &box_.fid.fid;
-  entry.info = nullptr;
-  std::memcpy(buf, &entry, sizeof(entry));
-  len = std::min(len, kCmDataSize);
-  if (len > 0) std::memcpy(buf + sizeof(entry), data, len);
-  const size_t size = sizeof(entry) + (event == FI_CONNECTED ? len : 0);
-  (void)q->queue().write(event, buf, size);
+xport::ConnParams Endpoint::conn_params() const {
+  return {.rdm = rdm_, .max_msg_size = max_msg_size_, .src = src_, .auth = auth_key()};
 }
 
-void Endpoint::cm_error(int err, const void* data, size_t len) {
-  Eq* q = eq();
-  if (q == nullptr) return;
-  core::EqError e{};
-  e.fid = &box_.fid.fid;
-  e.context = box_.fid.fid.context;
-  e.err = err;
-  e.err_data = len > 0 ? data : nullptr;
-  e.err_data_size = std::min(len, core::kEqMaxErrData);
-  (void)q->queue().write_error(e);
+void Endpoint::cm_event(const CmEvent& e) {
+  if (Eq* q = eq()) {
+    (void)q->write_cm(
+        {.fid = &box_.fid.fid, .event = e.event, .err = e.err, .data = e.data, .len = e.len});
+  }
+}
+
+void Endpoint::async_event(uint32_t type) {
+  raise_later(domain_, this, type);
 }
 
 }  // namespace fabq::prov

@@ -3,9 +3,9 @@
 //
 // An endpoint is the libfabric object: its bindings (EQ, AV, CQs, counters, SRX), its transmit
 // ring, its receive queue (or its SRX's), matching, completions and counters. Bytes move in
-// the transport (prov/transport.h): an MSG endpoint through its one Connection; an RDM endpoint
-// through one outgoing Connection per peer it sends to, made on its first send to that peer's
-// fi_addr_t, and the connections its Listener accepts from peers that send to it.
+// the transport (xport/transport.h), whose Owner it is: an MSG endpoint through its one Connection;
+// an RDM endpoint through one outgoing Connection per peer it sends to, made on its first send to
+// that peer's fi_addr_t, and the connections its Listener accepts from peers that send to it.
 //
 // RDM (reliable, unconnected): fi_enable opens the listener at the endpoint's source address
 // (fi_getname gives it). A send to an fi_addr_t of the bound AV is queued on the connection to
@@ -21,7 +21,7 @@
 // transmit CQ is bound, a slot of that CQ (full: -FI_EAGAIN), so its completion can never be
 // lost. fi_inject and FI_INJECT copy the data (at most inject_size bytes); fi_inject writes no
 // completion. Completion levels: FI_INJECT_COMPLETE (the default), FI_TRANSMIT_COMPLETE,
-// FI_DELIVERY_COMPLETE (prov/transport.h TxLevel). With FI_SELECTIVE_COMPLETION bound, only
+// FI_DELIVERY_COMPLETE (xport/transport.h TxLevel). With FI_SELECTIVE_COMPLETION bound, only
 // sends with FI_COMPLETION write a successful completion; failures always do.
 //
 // Receives: fi_recv, recvv, recvmsg, trecv, trecvv, trecvmsg (FI_PEEK, FI_CLAIM, FI_DISCARD).
@@ -49,8 +49,8 @@
 #include "prov/events.h"
 #include "prov/object.h"
 #include "prov/recv_queue.h"
-#include "prov/transport.h"
 #include "prov/tx_ring.h"
+#include "xport/transport.h"
 
 namespace fabq::core {
 struct CompletionError;
@@ -96,7 +96,15 @@ struct SendRequest {
   bool inject_call = false;         // fi_inject & co.: copied, no completion, no CQ slot
 };
 
-class Endpoint final : public Object, public AsyncTarget {
+// What an endpoint notes of a placement (Placement::record): the receive it chose, or the buffer.
+struct PlaceRecord {
+  enum class Kind : uint8_t { kNone, kPosted, kUnexpected, kDiscard };
+  Kind kind = Kind::kNone;
+  PostedRecv recv;                   // kPosted: the receive it fills
+  Unexpected* unexpected = nullptr;  // kUnexpected: the buffer it fills
+};
+
+class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
  public:
   static Endpoint* from_fid(const fid* f);
   Endpoint(Domain* domain, const fi_info& info, void* context);
@@ -119,42 +127,48 @@ class Endpoint final : public Object, public AsyncTarget {
   // The secret its connections prove (prov/auth.h); null when none. Fixed at open.
   const core::HmacSha256* auth_key() const { return auth_ ? &*auth_ : nullptr; }
 
-  // --- For the transport (prov/transport.h), called holding the connection's lock.
+  // What its connections are made with (xport/transport.h ConnParams).
+  xport::ConnParams conn_params() const;
+
+  // --- xport::Owner: called by the transport holding the connection's lock.
   // Where `in`'s payload goes. False: no room now (the connection stalls and asks again).
-  bool place(const Incoming& in, Placement* p);
+  bool place(const Incoming& in, Placement* p) override;
   // `in`'s payload has arrived whole. True: send the delivery acknowledgement now.
-  bool placed(const Incoming& in, Placement* p);
+  bool placed(const Incoming& in, Placement* p) override;
   // The connection ended inside the message `p` was placing: its receive goes back (a buffered
   // part is dropped), as if the message had never come: to the oldest message buffered
   // meanwhile that it matches, else to the head of the queue.
-  void unplace(Placement* p);
+  void unplace(Placement* p) override;
+  // After place() refused: true when only a full CQ stood in the way, which no post will
+  // change, so the connection retries at every progress round instead of waiting for one.
+  bool take_retry() override;
+  // A send is written whole to the kernel / acknowledged by the peer. tx_acked() is false for a
+  // sequence number that names no send awaiting that acknowledgement (a protocol violation).
+  void tx_written(TxOp* op) override;
+  // A send the connection will not carry (a net=drop fault): it completes as if the peer never
+  // answered: successfully at the inject level, with `err` at the others.
+  void tx_lost(TxOp* op, int err) override;
+  bool tx_acked(const Connection* c, uint32_t seq, bool delivered) override;
+  // Connection `c` is gone or never came up (called holding its lock): every send it accepted
+  // in submit() and did not complete yet completes with `err`.
+  void abort_sends(Connection* c, int err) override;
+  // FI_CONNECTED (with the peer's data) or FI_SHUTDOWN for the EQ, or an error entry.
+  void cm_event(const CmEvent& e) override;
   // MSG: the connection is over (the peer closed it, or it never came up), so nothing more can
   // arrive: the posted receives complete in error with FI_ECANCELED, and so does every receive
   // posted from now on that no buffered message matches. Shared receives stay with their SRX.
-  void connection_ended();
-  // A send is written whole to the kernel / acknowledged by the peer. tx_acked() is false for a
-  // sequence number that names no send awaiting that acknowledgement (a protocol violation).
-  void tx_written(TxOp* op);
-  // A send the connection will not carry (a net=drop fault): it completes as if the peer never
-  // answered: successfully at the inject level, with `err` at the others.
-  void tx_lost(TxOp* op, int err);
-  bool tx_acked(const Connection* c, uint32_t seq, bool delivered);
-  // Connection `c` is gone or never came up (called holding its lock): every send it accepted
-  // in submit() and did not complete yet completes with `err`.
-  void abort_sends(Connection* c, int err);
-  // A CM event for the EQ (FI_CONNECTED with the peer's data, FI_SHUTDOWN), or an error entry.
-  void cm_event(uint32_t event, const void* data, size_t len);
-  void cm_error(int err, const void* data, size_t len);
+  void connection_ended() override;
+  // Raised once the transport's locks are released (prov/events.h raise_later).
+  void async_event(uint32_t type) override;
+  core::NetFault take_net_fault() override { return AsyncTarget::take_net_fault(); }
+  // The listener may free a closed connection it accepted: no buffered message came through it
+  // and no thread holds it outside the endpoint's lock.
+  bool can_free(const Connection* c) override;
+
   // The connections that stalled in place() (no receive, no room to buffer) are resumed by a
   // post that changes that, or by a receive given back (unplace). Each stall is recorded under
   // the endpoint's lock and taken under it to be resumed, so no resume is lost.
   void resume_if_stalled();
-  // After place() refused: true when only a full CQ stood in the way, which no post will
-  // change, so the connection retries at every progress round instead of waiting for one.
-  bool take_retry();
-  // The listener may free a closed connection it accepted: no buffered message came through it
-  // and no thread holds it outside the endpoint's lock.
-  bool can_free(const Connection* c);
 
  private:
   friend struct EpOps;

@@ -8,13 +8,16 @@
 
 #include <cstring>
 
+#include "core/cm_data.h"
 #include "prov/av.h"
 #include "prov/cntr.h"
 #include "prov/cq.h"
 #include "prov/domain.h"
 #include "prov/endpoint.h"
 #include "prov/eq.h"
+#include "prov/fabric.h"
 #include "prov/noop.h"
+#include "prov/pep.h"
 #include "prov/srx.h"
 
 namespace fabq::prov {
@@ -201,7 +204,7 @@ struct EpOps {
     if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
     if (name == FI_OPT_CM_DATA_SIZE) {
       if (*len < sizeof(size_t)) return -FI_ETOOSMALL;
-      *static_cast<size_t*>(val) = kCmDataSize;
+      *static_cast<size_t*>(val) = core::kCmDataSize;
       *len = sizeof(size_t);
       return 0;
     }
@@ -218,7 +221,7 @@ struct EpOps {
 
   static int connect(fid_ep* f, const void* addr, const void* param, size_t paramlen) {
     Endpoint* e = R::of(f);
-    if (e == nullptr || paramlen > kCmDataSize || (paramlen > 0 && param == nullptr)) {
+    if (e == nullptr || paramlen > core::kCmDataSize || (paramlen > 0 && param == nullptr)) {
       return -FI_EINVAL;
     }
     sockaddr_in peer{};
@@ -235,9 +238,7 @@ struct EpOps {
         return -FI_EINVAL;
       }
       if (peer.sin_family != AF_INET) return -FI_EINVAL;
-      int err = 0;
-      e->conn_.reset(make_connection(e, nullptr, &err));
-      if (e->conn_ == nullptr) return err;
+      e->conn_ = e->domain_->fabric()->transport()->make_connection(e, e->conn_params());
       conn = e->conn_.get();
     }
     return conn->connect(peer, param, paramlen);
@@ -245,7 +246,7 @@ struct EpOps {
 
   static int accept(fid_ep* f, const void* param, size_t paramlen) {
     Endpoint* e = R::of(f);
-    if (e == nullptr || paramlen > kCmDataSize || (paramlen > 0 && param == nullptr)) {
+    if (e == nullptr || paramlen > core::kCmDataSize || (paramlen > 0 && param == nullptr)) {
       return -FI_EINVAL;
     }
     Connection* conn = e->connection();
@@ -623,7 +624,7 @@ int open_endpoint(fid_domain* domain_fid, fi_info* info, fid_ep** out, void* con
     // Opened from an FI_CONNREQ: the endpoint takes over the pending connection.
     e->conn_handle_ = info->handle;
     int err = 0;
-    e->conn_.reset(make_connection(e, info->handle, &err));
+    e->conn_ = take_request(domain->fabric(), info->handle, e, e->conn_params(), &err);
     if (e->conn_ == nullptr) {
       delete e;
       return err != 0 ? err : -FI_EINVAL;

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/strerror.h"
@@ -144,6 +145,30 @@ Eq::~Eq() {
   queue_.reset();  // leaves the wait set before the set may go
   if (wait_set_ != nullptr) wait_set_->release();
   fabric_->release_eq_slot();
+}
+
+core::Status Eq::write_cm(const CmEvent& e) {
+  const size_t len = std::min(e.len, core::kCmDataSize);
+  if (e.err != 0) {
+    core::EqError err{};
+    err.fid = e.fid;
+    err.context = e.fid != nullptr ? e.fid->context : nullptr;
+    err.err = e.err;
+    err.err_data = len > 0 ? e.data : nullptr;
+    err.err_data_size = std::min(len, core::kEqMaxErrData);
+    return queue_->write_error(err);
+  }
+  unsigned char buf[sizeof(fi_eq_cm_entry) + core::kCmDataSize];
+  fi_eq_cm_entry entry{};
+  entry.fid = e.fid;
+  entry.info = e.info;
+  std::memcpy(buf, &entry, sizeof(entry));
+  // Only a request and an accept carry the peer's data.
+  const size_t data_len = e.event == FI_CONNREQ || e.event == FI_CONNECTED ? len : 0;
+  if (data_len > 0) std::memcpy(buf + sizeof(entry), e.data, data_len);
+  const size_t size = sizeof(entry) + data_len;
+  if (e.keep_free > 0) return queue_->write_leaving(e.keep_free, e.event, buf, size).status();
+  return queue_->write(e.event, buf, size).status();
 }
 
 int open_eq(fid_fabric* fabric_fid, fi_eq_attr* attr, fid_eq** out, void* context) {

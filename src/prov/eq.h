@@ -33,8 +33,25 @@ class Eq final : public Object {
   ~Eq() override;
   fid_eq* handle() { return &box_.fid; }
   core::EventQueue& queue() { return *queue_; }
-  // What every read does first: drives the transport (prov/transport.h).
+  // What every read does first: drives the transport (xport/transport.h).
   void drive();
+
+  // A connection-management event of `fid`, packed the one way fi_cm(3) and fi_eq(3) say:
+  // err 0: an fi_eq_cm_entry of `event` (FI_CONNREQ with `info`, which the entry then owns;
+  // FI_CONNECTED with the peer's data; FI_SHUTDOWN without), followed by up to kCmDataSize bytes
+  // of `data`; err != 0: an error entry (err, the fid's context, `data` as err_data).
+  // `keep_free`: written only while more than that many slots stay free (else kAgain), so that
+  // requests never crowd out the events of connections already made.
+  struct CmEvent {
+    fid_t fid = nullptr;
+    uint32_t event = 0;
+    int err = 0;
+    fi_info* info = nullptr;
+    const void* data = nullptr;
+    size_t len = 0;
+    size_t keep_free = 0;
+  };
+  core::Status write_cm(const CmEvent& e);
   ExternalWait& external() { return external_; }
 
  private:

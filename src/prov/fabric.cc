@@ -4,10 +4,11 @@
 #include "prov/cq.h"
 #include "prov/domain.h"
 #include "prov/eq.h"
+#include "prov/events.h"
 #include "prov/getinfo.h"
 #include "prov/noop.h"
+#include "prov/pep.h"
 #include "prov/provider.h"
-#include "prov/transport.h"
 #include "prov/wait_set.h"
 
 namespace fabq::prov {
@@ -20,7 +21,7 @@ struct FabricOps {
   //
   // With a transport, it first moves what the sockets hold; once it returns 0 the transport
   // keeps moving bytes while the application sleeps on the fds, until it reads those objects
-  // again (prov/transport.h).
+  // again (xport/transport.h).
   static int trywait(fid_fabric* f, fid** fids, int count) {
     Fabric* fabric = Fabric::from_fid(f != nullptr ? &f->fid : nullptr);
     if (fabric == nullptr) return -FI_EINVAL;
@@ -98,12 +99,39 @@ Fabric::~Fabric() {
   delete transport_.load(std::memory_order_acquire);
 }
 
+namespace {
+
+TransportFactory g_factory = nullptr;
+
+void log_transport(xport::LogLevel level, const char* message) {
+  if (level == xport::LogLevel::kWarn) {
+    FABQ_WARN(FI_LOG_EP_CTRL, "%s", message);
+  } else {
+    FABQ_INFO(FI_LOG_EP_CTRL, "%s", message);
+  }
+}
+
+}  // namespace
+
+void set_transport_factory(TransportFactory factory) {
+  g_factory = factory;
+}
+
 Transport* Fabric::transport() {
   if (Transport* t = transport_if_any()) return t;
   std::lock_guard lock(transport_mu_);
   Transport* t = transport_.load(std::memory_order_relaxed);
   if (t == nullptr) {
-    t = make_transport(this);
+    const Params& p = params();
+    const xport::TransportConfig config{
+        .connect_timeout_ms = p.connect_timeout_ms,
+        .keepalive_ms = p.keepalive_ms,
+        .shm = p.shm != 0,
+        .cm_backlog = p.cm_backlog,
+        .after_round = raise_deferred,
+        .log = log_transport,
+    };
+    t = g_factory(config).release();
     transport_.store(t, std::memory_order_release);
   }
   return t;

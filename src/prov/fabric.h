@@ -14,10 +14,16 @@
 #include <string>
 
 #include "prov/object.h"
+#include "xport/transport.h"
 
 namespace fabq::prov {
 
-class Transport;
+using xport::Transport;
+
+// What makes a fabric's transport. fi_prov_ini sets it (the TCP transport) before any fabric
+// opens; a fabric reads it once, when its first endpoint needs a transport.
+using TransportFactory = std::unique_ptr<Transport> (*)(const xport::TransportConfig&);
+void set_transport_factory(TransportFactory factory);
 
 class Fabric final : public Object {
  public:
@@ -35,7 +41,7 @@ class Fabric final : public Object {
   bool acquire_eq_slot();
   void release_eq_slot() { eqs_.fetch_sub(1, std::memory_order_relaxed); }
 
-  // The transport that moves this fabric's bytes (prov/transport.h): created by the first
+  // The transport that moves this fabric's bytes (xport/transport.h): created by the first
   // endpoint or passive endpoint, destroyed with the fabric.
   Transport* transport();
   // Null until then; what queue reads look at to drive progress. Acquire pairs with the
@@ -57,7 +63,7 @@ class Fabric final : public Object {
 void progress(Fabric* fabric);
 
 // A thread blocks on a queue of `fabric` for the life of this object: the transport keeps
-// moving bytes meanwhile (prov/transport.h).
+// moving bytes meanwhile (xport/transport.h).
 class BlockingScope {
  public:
   explicit BlockingScope(Fabric* fabric);

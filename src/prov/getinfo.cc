@@ -19,7 +19,7 @@
 #include "prov/auth.h"
 #include "prov/object.h"
 #include "prov/provider.h"
-#include "prov/transport.h"
+#include "xport/transport.h"
 
 namespace fabq::prov {
 namespace {
@@ -43,7 +43,7 @@ constexpr uint64_t kTxOpFlags =
     FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
 constexpr uint64_t kRxOpFlags = FI_COMPLETION;
 constexpr size_t kQueueDepth = 1024;
-constexpr size_t kIovLimit = kMaxIov;
+constexpr size_t kIovLimit = xport::kMaxIov;
 constexpr size_t kMaxMsgSize = size_t{1} << 30;
 constexpr size_t kEpCount = 1024;
 constexpr size_t kCqDataSize = 8;
@@ -154,8 +154,8 @@ bool tx_ok(const fi_tx_attr* h) {
   if (h == nullptr) return true;
   return subset(h->caps, kTxCaps | kDomainCaps) && subset(h->op_flags, kTxOpFlags) &&
          subset(h->msg_order, kMsgOrder) && subset(h->comp_order, kCompOrder) &&
-         h->inject_size <= kInjectSize && h->size <= kQueueDepth && h->iov_limit <= kIovLimit &&
-         h->rma_iov_limit == 0;
+         h->inject_size <= xport::kInjectSize && h->size <= kQueueDepth &&
+         h->iov_limit <= kIovLimit && h->rma_iov_limit == 0;
 }
 
 bool rx_ok(const fi_rx_attr* h) {
@@ -254,7 +254,7 @@ fi_info* make_info(uint32_t version, const fi_info* hints, fi_ep_type type, cons
   tx->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
   tx->msg_order = kMsgOrder;
   tx->comp_order = kCompOrder;
-  tx->inject_size = kInjectSize;
+  tx->inject_size = xport::kInjectSize;
   tx->size = kQueueDepth;
   tx->iov_limit = kIovLimit;
   tx->rma_iov_limit = 0;

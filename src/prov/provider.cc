@@ -5,7 +5,8 @@
 #include "prov/events.h"
 #include "prov/fabric.h"
 #include "prov/getinfo.h"
-#include "prov/transport.h"
+#include "prov/pep.h"
+#include "xport/transport.h"
 
 namespace fabq::prov {
 namespace {
@@ -28,7 +29,8 @@ void define_and_read(const char* name, size_t* value, const char* help, bool all
 // libfabric calls this before it unloads the provider (fi_fini, at exit): no thread fabq started
 // may run its code after that, whatever the application left open.
 void cleanup() {
-  unload_transport();
+  xport::unload_tcp();
+  unload_passive_eps();
   Registry::unload();
 }
 
@@ -56,6 +58,7 @@ extern "C" FI_EXT_INI {
   static bool initialised = false;
   if (initialised) return &fabq::prov::g_provider;
   initialised = true;
+  fabq::prov::set_transport_factory(&fabq::xport::make_tcp_transport);
   define_and_read("eq_max_size", &g_params.eq_max_size,
                   "Largest event queue size fi_eq_open accepts (larger: -FI_EINVAL)");
   define_and_read("eq_max_count", &g_params.eq_max_count,

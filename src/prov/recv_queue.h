@@ -29,11 +29,36 @@
 #include <optional>
 #include <vector>
 
-#include "prov/transport.h"
+#include "xport/transport.h"
 
 namespace fabq::prov {
 
+// What the provider takes from the transport seam (xport/transport.h) by name.
+using xport::AckWanted;
+using xport::Connection;
+using xport::Incoming;
+using xport::kInjectSize;
+using xport::kMaxIov;
+using xport::Listener;
+using xport::Placement;
+using xport::TxLevel;
+using xport::TxOp;
+
 class Endpoint;
+
+// A receive an application posted, as endpoints and SRX contexts keep it.
+struct PostedRecv {
+  void* context = nullptr;
+  uint64_t flags = 0;          // FI_COMPLETION, FI_CLAIM, FI_DISCARD as posted
+  bool default_flags = false;  // fi_recv & co.: the endpoint's rx op_flags apply
+  bool tagged = false;
+  uint64_t tag = 0;
+  uint64_t ignore = 0;
+  size_t iov_count = 0;
+  iovec iov[kMaxIov] = {};
+  size_t len = 0;
+  Endpoint* owner = nullptr;  // the endpoint whose receive CQ holds its credit (null: none yet)
+};
 
 struct Unexpected {
   Endpoint* from = nullptr;  // the endpoint it arrived on

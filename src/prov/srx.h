@@ -15,7 +15,7 @@
 // armed limit raises SRX_LIMIT_REACHED once, when its posted receives drop below it.
 //
 // Threads: every call may come from any thread. One mutex, taken after an endpoint's (lock
-// order: prov/transport.h).
+// order: docs/locking.md).
 #pragma once
 
 #include <rdma/fi_endpoint.h>
@@ -27,7 +27,6 @@
 #include "prov/events.h"
 #include "prov/object.h"
 #include "prov/recv_queue.h"
-#include "prov/transport.h"
 
 namespace fabq::prov {
 

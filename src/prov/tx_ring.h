@@ -17,9 +17,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "prov/transport.h"
+#include "xport/transport.h"
 
 namespace fabq::prov {
+
+using xport::TxOp;
 
 class TxRing {
  public:

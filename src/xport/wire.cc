@@ -25,10 +25,10 @@ bool is_data(Op op) {
 size_t length_limit(const Header& h, size_t max_payload) {
   switch (h.op) {
     case Op::kConnReq:
-      return (h.flags & kAuth) != 0 ? kMaxConnReq : kMaxCmData;
+      return (h.flags & kAuth) != 0 ? kMaxConnReq : core::kCmDataSize;
     case Op::kConnAccept:
     case Op::kConnReject:
-      return kMaxCmData;
+      return core::kCmDataSize;
     case Op::kMsg:
     case Op::kTagged:
       return max_payload;

@@ -47,24 +47,24 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/cm_data.h"
+
 namespace fabq::xport::wire {
 
 inline constexpr size_t kHeaderSize = 32;
 inline constexpr uint16_t kMagic = 0x7146;
 inline constexpr uint8_t kVersion = 1;
-// Connect, accept and reject data: the cm_data_size fabq advertises.
-inline constexpr size_t kMaxCmData = 256;
 // Authentication (kAuth): a nonce, a MAC, and what they make of the frames.
 inline constexpr size_t kNonceSize = 16;
 inline constexpr size_t kMacSize = 32;
-inline constexpr size_t kMaxConnReq = kMaxCmData + kNonceSize;  // kConnReq with kAuth
+inline constexpr size_t kMaxConnReq = core::kCmDataSize + kNonceSize;  // kConnReq with kAuth
 inline constexpr size_t kChallengeSize = kNonceSize + kMacSize;
 inline constexpr size_t kProofSize = kMacSize;
 
 enum class Op : uint8_t {
-  kConnReq = 1,       // payload: connect data (<= kMaxCmData)
-  kConnAccept = 2,    // payload: accept data (<= kMaxCmData)
-  kConnReject = 3,    // payload: reject data (<= kMaxCmData)
+  kConnReq = 1,       // payload: connect data (<= core::kCmDataSize)
+  kConnAccept = 2,    // payload: accept data (<= core::kCmDataSize)
+  kConnReject = 3,    // payload: reject data (<= core::kCmDataSize)
   kConnReady = 4,     // no payload: the active side saw the accept
   kMsg = 5,           // payload: an untagged message (<= the receiver's max_msg_size)
   kTagged = 6,        // payload: a tagged message; `tag` holds its tag
@@ -103,7 +103,7 @@ enum class Violation : uint8_t {
   kBadVersion,
   kUnknownOp,
   kBadFlags,     // a flag the op does not allow
-  kTooLong,      // length above the limit of the op (kMaxCmData, max_payload, the fixed size
+  kTooLong,      // length above the limit of the op (core::kCmDataSize, max_payload, the fixed size
                  // of kChallenge and kProof, or 0)
   kUnusedField,  // tag, data or seq nonzero where the op does not use it
 };

@@ -312,22 +312,22 @@ TEST(EqRead, CmEntryWithMaximumConnectionDataRoundTrips) {
   auto eq = make_eq(4);
   fid fake_fid{};
   fi_info fake_info{};
-  const auto ev = cm_event(&fake_fid, &fake_info, kEqMaxCmData, 21);
+  const auto ev = cm_event(&fake_fid, &fake_info, kCmDataSize, 21);
   auto w = eq->write(FI_CONNREQ, ev.data(), ev.size());
   ASSERT_TRUE(w.ok());
-  EXPECT_EQ(*w, sizeof(fi_eq_cm_entry) + kEqMaxCmData);
+  EXPECT_EQ(*w, sizeof(fi_eq_cm_entry) + kCmDataSize);
 
   Buf buf;
   uint32_t event = ~0u;
   auto r = eq->read(&event, buf.bytes, sizeof(buf.bytes), 0);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(*r, sizeof(fi_eq_cm_entry) + kEqMaxCmData);
+  EXPECT_EQ(*r, sizeof(fi_eq_cm_entry) + kCmDataSize);
   EXPECT_EQ(event, static_cast<uint32_t>(FI_CONNREQ));
   fi_eq_cm_entry entry;
   std::memcpy(&entry, buf.bytes, sizeof(entry));
   EXPECT_EQ(entry.fid, &fake_fid);
   EXPECT_EQ(entry.info, &fake_info);
-  EXPECT_EQ(std::memcmp(buf.bytes + sizeof(entry), ev.data() + sizeof(entry), kEqMaxCmData), 0);
+  EXPECT_EQ(std::memcmp(buf.bytes + sizeof(entry), ev.data() + sizeof(entry), kCmDataSize), 0);
 }
 
 TEST(EqRead, CmEntriesWithDifferentConnectionDataSizesKeepTheirOwnSizes) {

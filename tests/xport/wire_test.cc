@@ -69,7 +69,7 @@ Header full_header(Op op) {
     case Op::kConnReq:
     case Op::kConnAccept:
     case Op::kConnReject:
-      h.length = kMaxCmData;
+      h.length = core::kCmDataSize;
       break;
     case Op::kMsg:
     case Op::kTagged:
@@ -220,7 +220,7 @@ TEST(WireLayout, OpsAndFlagsHaveTheirDocumentedValues) {
   EXPECT_EQ(kAuth, 32u);
   EXPECT_EQ(kChallengeSize, 48u);
   EXPECT_EQ(kProofSize, 32u);
-  EXPECT_EQ(kMaxConnReq, kMaxCmData + 16);
+  EXPECT_EQ(kMaxConnReq, core::kCmDataSize + 16);
   EXPECT_EQ(kRemoteData, 1u);
   EXPECT_EQ(kWantReceived, 2u);
   EXPECT_EQ(kWantDelivered, 4u);
@@ -290,9 +290,9 @@ TEST(WireDecode, DataOpsAllowEachDataFlagAlone) {
 TEST(WireDecode, CmOpsTakeUpToMaxCmDataAndNoMore) {
   for (const Op op : kCmDataOps) {
     Header h = full_header(op);
-    h.length = kMaxCmData;
+    h.length = core::kCmDataSize;
     EXPECT_EQ(decode_bytes(encoded(h)), Violation::kNone) << op_name(op);
-    h.length = kMaxCmData + 1;
+    h.length = core::kCmDataSize + 1;
     EXPECT_EQ(decode_bytes(encoded(h)), Violation::kTooLong) << op_name(op);
   }
 }
@@ -332,9 +332,9 @@ TEST(WireDecode, ChallengeAndProofCarryNoMoreThanTheirFixedSize) {
 
 TEST(WireDecode, CmLimitIsKMaxCmDataWhateverTheReceiversMax) {
   Header h = full_header(Op::kConnReq);
-  h.length = kMaxCmData;
+  h.length = core::kCmDataSize;
   EXPECT_EQ(decode_bytes(encoded(h), nullptr, /*max=*/0), Violation::kNone);
-  h.length = kMaxCmData + 1;
+  h.length = core::kCmDataSize + 1;
   EXPECT_EQ(decode_bytes(encoded(h), nullptr, /*max=*/1u << 20), Violation::kTooLong);
 }
 
@@ -425,7 +425,7 @@ TEST(WireShm, ConnReqWithShmOfferCarriesTheSegmentIdInTagAndTheNonceInData) {
   EXPECT_EQ(out.flags, uint32_t{kShmOffer});
   EXPECT_EQ(out.tag, h.tag);
   EXPECT_EQ(out.data, h.data);
-  EXPECT_EQ(out.length, kMaxCmData) << "the connect data still goes along";
+  EXPECT_EQ(out.length, core::kCmDataSize) << "the connect data still goes along";
 }
 
 TEST(WireShm, ConnReqWithoutShmOfferStillRefusesTagAndDataAsUnusedField) {
@@ -478,7 +478,7 @@ TEST(WireShm, ConnAcceptAcceptsShmAccept) {
   ASSERT_EQ(decode_bytes(encoded(h), &out), Violation::kNone);
   EXPECT_EQ(out.op, Op::kConnAccept);
   EXPECT_EQ(out.flags, uint32_t{kShmAccept});
-  EXPECT_EQ(out.length, kMaxCmData);
+  EXPECT_EQ(out.length, core::kCmDataSize);
 }
 
 TEST(WireShm, ShmAcceptLetsNeitherTagNorDataThrough) {
@@ -552,7 +552,7 @@ TEST(Framer, TakeHeaderTakesOnlyWhatTheHeaderStillNeeds) {
   EXPECT_EQ(f.take_header(stream.data(), 20), 20u);
   EXPECT_EQ(f.take_header(stream.data() + 20, stream.size() - 20), kHeaderSize - 20);
   EXPECT_FALSE(f.in_header());
-  EXPECT_EQ(f.payload_left(), kMaxCmData);
+  EXPECT_EQ(f.payload_left(), core::kCmDataSize);
 }
 
 TEST(Framer, PayloadSplitAcrossCallsIsTakenInPieces) {

@@ -1,0 +1,772 @@
+#include "xport/conn.h"
+
+#include <arpa/inet.h>
+#include <rdma/fi_eq.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "fabq/fi_fabq.h"
+#include "xport/listener.h"
+#include "xport/socket_util.h"
+
+namespace fabq::xport {
+namespace {
+
+// Small enough that the payload of a large message mostly goes straight into the receive
+// buffer (kDirectRead) instead of through this one; large enough to take many small frames
+// in one recv().
+constexpr size_t kReadBuffer = 16 * 1024;
+// Payloads at least this large are read straight into the receive buffer, skipping a copy.
+constexpr size_t kDirectRead = 16 * 1024;
+// Control frames owed to the peer beyond this: stop reading until they are written.
+constexpr size_t kCtrlBacklog = 64 * 1024;
+constexpr size_t kSendRing = 1024;
+constexpr int kIovBatch = 16;
+constexpr uint32_t kIn = EPOLLIN;
+constexpr uint32_t kOut = EPOLLOUT;
+
+bool is_data(wire::Op op) {
+  return op == wire::Op::kMsg || op == wire::Op::kTagged;
+}
+
+}  // namespace
+
+// --- Conn
+
+Conn::Conn(Engine* engine, Owner* owner, const ConnParams& params, core::UniqueFd fd)
+    : engine_(engine),
+      owner_(owner),
+      params_(params),
+      rdm_(params.rdm),
+      auth_(params.auth),
+      fd_(std::move(fd)),
+      framer_(params.max_msg_size),
+      rbuf_(new unsigned char[kReadBuffer]),
+      sendq_(kSendRing, nullptr) {
+  ctrl_.reserve(4096);
+}
+
+Conn::~Conn() {
+  std::lock_guard elock(engine_->mu());
+  std::lock_guard lock(mu_);
+  // Destroyed inside a message (its endpoint is closing): the receive it was filling goes back.
+  if (have_place_ && owner_ != nullptr) owner_->unplace(&place_);
+  if (fd_.valid() && registered_) engine_->remove_fd(fd_.get());
+  engine_->unschedule(this);  // its calls and its deadline
+  engine_->forget_shm(this);  // the mapping goes with the members, once no round can see it
+  fd_.reset();
+}
+
+void Conn::close_socket_locked() {
+  if (have_place_ && owner_ != nullptr) {
+    // Closed inside a message: whatever receive it was filling is not lost.
+    owner_->unplace(&place_);
+    have_place_ = false;
+  }
+  if (fd_.valid()) {
+    engine_->remove(fd_.get(), this);
+    registered_ = false;
+    interest_ = 0;
+    // The fd stays open until the Conn is destroyed: a readiness report already in flight
+    // for it must not reach a reused descriptor. Shutting it down makes it inert.
+    ::shutdown(fd_.get(), SHUT_RDWR);
+  }
+  engine_->set_deadline(this, 0);
+  set_state(State::kClosed);
+  if (shm_agreed_) {
+    engine_->remove_shm(this);
+    shm_rx_open_.store(false, std::memory_order_relaxed);
+    shm_tx_blocked_.store(false, std::memory_order_relaxed);
+  }
+  seg_.unlink();  // a handshake cut short: the name must not outlive it
+  // Ended before it was handed over: its acceptor frees it (at the end of this round).
+  if (acceptor_ != nullptr) acceptor_->reap(this);
+}
+
+void Conn::want_write_locked(bool on) {
+  if (writing_ == on) return;
+  writing_ = on;
+  update_interest_locked();
+}
+
+// The socket is in the epoll set exactly while there is something to wait for. Out of it, a
+// peer's hang-up is not reported either: a stalled or pending connection whose peer left does
+// not make the progress thread spin; it is looked at again when it is resumed.
+//
+// Once frames go through shared memory, the socket carries doorbells for both directions: it
+// is read while it is open, stalled or not, and never waited on for writing.
+void Conn::update_interest_locked() {
+  if (!fd_.valid()) return;
+  const State s = state();
+  const bool open = s != State::kClosed && s != State::kIdle;
+  if (shm_agreed_) {
+    const bool rx_open = open && rx_shm_ && !stalled_;
+    if (rx_open && !shm_rx_open_.exchange(true, std::memory_order_relaxed)) {
+      // The progress thread may be asleep without having asked this ring for a doorbell.
+      engine_->kick_if_waiting();
+    } else if (!rx_open) {
+      shm_rx_open_.store(false, std::memory_order_relaxed);
+    }
+  }
+  const bool reading =
+      open && (rx_shm_ || tx_shm_ ? !peer_eof_ : !stalled_ && s != State::kPending);
+  const bool waiting_out = open && !tx_shm_ && (writing_ || s == State::kConnecting);
+  const uint32_t want = (reading ? kIn : 0) | (waiting_out ? kOut : 0);
+  if (want == interest_ && registered_ == (want != 0)) return;
+  if (want == 0) {
+    if (registered_) engine_->remove_fd(fd_.get());
+    registered_ = false;
+  } else if (!registered_) {
+    registered_ = engine_->add(fd_.get(), this, want);
+  } else {
+    engine_->modify(fd_.get(), this, want);
+  }
+  interest_ = want;
+}
+
+void Conn::queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len,
+                             uint32_t flags, uint64_t tag, uint64_t hdata) {
+  wire::Header h;
+  h.op = op;
+  h.seq = seq;
+  h.length = static_cast<uint32_t>(len);
+  h.flags = flags;
+  h.tag = tag;
+  h.data = hdata;
+  unsigned char hdr[wire::kHeaderSize];
+  wire::encode(h, hdr);
+  ctrl_.insert(ctrl_.end(), hdr, hdr + sizeof(hdr));
+  if (len > 0) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    ctrl_.insert(ctrl_.end(), p, p + len);
+  }
+}
+
+int Conn::shutdown() {
+  std::lock_guard lock(mu_);
+  if (reported_ && was_connected_) return 0;  // already shut down, by the peer or by us
+  if (state() != State::kConnected) return -FI_ENOTCONN;
+  if (shutting_) return 0;
+  shutting_ = true;
+  flush_locked();
+  return 0;
+}
+
+int Conn::submit(TxOp* op) {
+  std::lock_guard lock(mu_);
+  // An RDM connection queues sends until it is established.
+  if (shutting_ || (rdm_ ? state() == State::kClosed : state() != State::kConnected)) {
+    return -FI_ENOTCONN;
+  }
+  if (send_count_ == sendq_.size()) return -FI_EAGAIN;  // the transmit ring is no larger
+  wire::Header h;
+  h.op = op->tagged ? wire::Op::kTagged : wire::Op::kMsg;
+  h.length = static_cast<uint32_t>(op->len);
+  h.seq = op->seq;
+  h.tag = op->tag;
+  if (op->has_data) {
+    h.flags |= wire::kRemoteData;
+    h.data = op->data;
+  }
+  if (op->level == TxLevel::kTransmit) h.flags |= wire::kWantReceived;
+  if (op->level == TxLevel::kDelivery) h.flags |= wire::kWantDelivered;
+  wire::encode(h, op->header);
+  op->written = 0;
+  op->accepted = true;
+  switch (owner_->take_net_fault()) {
+    case core::NetFault::kDrop:
+      // Injected loss: the message never reaches the peer.
+      owner_->tx_lost(op, FI_ETIMEDOUT);
+      return 0;
+    case core::NetFault::kCorrupt:
+      // Injected damage: the peer sees a header that is not fabq's and fails the connection.
+      op->header[0] ^= 0xff;
+      break;
+    default:
+      break;
+  }
+  sendq_[(send_head_ + send_count_) % sendq_.size()] = op;
+  ++send_count_;
+  if (!writing_ || send_count_ == 1) flush_locked();
+  return 0;
+}
+
+void Conn::ack_delivered(uint32_t seq) {
+  std::lock_guard lock(mu_);
+  if (state() != State::kConnected) return;
+  queue_ctrl_locked(wire::Op::kAckDelivered, seq, nullptr, 0);
+  flush_locked();
+}
+
+void Conn::ack_delivered_later(uint32_t seq) {
+  {
+    std::lock_guard lock(owed_mu_);
+    owed_acks_.push_back(seq);
+    acks_owed_.store(true, std::memory_order_release);
+  }
+  engine_->schedule(this);
+}
+
+void Conn::resume() {
+  engine_->schedule(this);
+}
+
+int Conn::getname(void* addr, size_t* len) {
+  std::lock_guard lock(mu_);
+  sockaddr_in local{};
+  if (fd_.valid()) {
+    socklen_t l = sizeof(local);
+    getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&local), &l);
+  } else if (owner_ != nullptr) {
+    local = params_.src;
+  }
+  return copy_addr(local, addr, len);
+}
+
+int Conn::getpeer(void* addr, size_t* len) {
+  std::lock_guard lock(mu_);
+  if (state() != State::kConnected && state() != State::kAccepted && state() != State::kPending) {
+    return -FI_ENOTCONN;
+  }
+  return copy_addr(peer_, addr, len);
+}
+
+// Writes control frames and queued sends until the kernel takes no more. False when the
+// connection failed.
+bool Conn::flush_locked() {
+  if (!fd_.valid() || state() == State::kConnecting || state() == State::kClosed) return true;
+  bool bell = false;
+  for (;;) {
+    if (tx_switch_pending_ && ctrl_off_ == tx_switch_at_) {
+      // The handshake's last frame is on the socket: everything after it goes to the ring.
+      tx_switch_pending_ = false;
+      tx_shm_ = true;
+      update_interest_locked();
+      if (std::exchange(bell_owed_, false)) bell = true;
+    }
+    iovec iov[kIovBatch];
+    int cnt = 0;
+    const bool with_ctrl = !mid_frame_ && ctrl_off_ < ctrl_.size();
+    const size_t ctrl_end = tx_switch_pending_ ? tx_switch_at_ : ctrl_.size();
+    if (with_ctrl) iov[cnt++] = {ctrl_.data() + ctrl_off_, ctrl_end - ctrl_off_};
+    const size_t sendable = state() == State::kConnected && !tx_switch_pending_ ? send_count_ : 0;
+    for (size_t i = 0; i < sendable && cnt + 1 + static_cast<int>(kMaxIov) <= kIovBatch; ++i) {
+      TxOp* op = sendq_[(send_head_ + i) % sendq_.size()];
+      size_t skip = op->written;
+      if (skip < wire::kHeaderSize) {
+        iov[cnt++] = {op->header + skip, wire::kHeaderSize - skip};
+        skip = 0;
+      } else {
+        skip -= wire::kHeaderSize;
+      }
+      cnt += iov_slice(op->iov, op->iov_count, skip, SIZE_MAX, iov + cnt);
+    }
+    if (cnt == 0) {
+      want_write_locked(false);
+      shm_tx_blocked_.store(false, std::memory_order_relaxed);
+      if (shutting_ && !shut_queued_ && state() == State::kConnected) {
+        // Every send is out: announce the end through the same path, after everything else.
+        shut_queued_ = true;
+        queue_ctrl_locked(wire::Op::kShutdown, 0, nullptr, 0);
+        continue;
+      }
+      if (shut_queued_ && !shut_done_) {
+        // The announcement is written: close the sending side (reads go on, for the peer's
+        // acknowledgements and its own kShutdown) and tell the application its queue drained.
+        // Through shared memory the socket stays whole: it still carries doorbells both ways.
+        shut_done_ = true;
+        if (!tx_shm_) ::shutdown(fd_.get(), SHUT_WR);
+        if (owner_ != nullptr) {
+          owner_->async_event(FI_FABQ_EVENT_SQ_DRAINED);
+          // Both sides see FI_SHUTDOWN, as with rdma_disconnect(): this one now, the peer when
+          // the kShutdown arrives.
+          if (!reported_) owner_->cm_event({.event = FI_SHUTDOWN});
+        }
+        reported_ = true;
+      }
+      if (bell) doorbell_locked();
+      return true;
+    }
+    ssize_t n;
+    if (tx_shm_) {
+      size_t w = 0;
+      bool b = false;
+      if (tx_ring_.write(iov, cnt, &w, &b) != shm::Status::kOk) {
+        fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "the peer corrupted a shared ring");
+        return false;
+      }
+      bell |= b;
+      if (w == 0) {
+        if (tx_ring_.arm_producer()) continue;  // the peer made room meanwhile
+        if (bell) doorbell_locked();
+        // Full: the peer rings when it makes room; the engine also looks every round.
+        shm_tx_blocked_.store(true, std::memory_order_relaxed);
+        want_write_locked(true);
+        return true;
+      }
+      shm_tx_blocked_.store(false, std::memory_order_relaxed);
+      n = static_cast<ssize_t>(w);
+    } else {
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(cnt);
+      n = sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        want_write_locked(true);
+        return true;
+      }
+      if (errno == EPIPE || errno == ECONNRESET) {
+        peer_closed_locked();
+      } else {
+        fail_locked(FI_EIO, FI_FABQ_EVENT_EP_FATAL, strerror(errno));
+      }
+      return false;
+    }
+    size_t left = static_cast<size_t>(n);
+    if (with_ctrl) {
+      const size_t c = std::min(left, ctrl_end - ctrl_off_);
+      ctrl_off_ += c;
+      left -= c;
+      if (ctrl_off_ == ctrl_.size() && !tx_switch_pending_) {
+        ctrl_.clear();
+        ctrl_off_ = 0;
+      }
+    }
+    while (left > 0 && send_count_ > 0) {
+      TxOp* op = sendq_[send_head_];
+      const size_t total = wire::kHeaderSize + op->len;
+      const size_t c = std::min(left, total - op->written);
+      op->written += c;
+      left -= c;
+      if (op->written < total) {
+        mid_frame_ = true;
+        break;
+      }
+      mid_frame_ = false;
+      send_head_ = (send_head_ + 1) % sendq_.size();
+      --send_count_;
+      owner_->tx_written(op);
+    }
+  }
+}
+
+void Conn::on_deadline() {
+  std::lock_guard lock(mu_);
+  switch (state()) {
+    case State::kConnecting:
+    case State::kRequested:
+    case State::kAccepted:
+      reported_ = true;
+      close_socket_locked();
+      refused_locked(FI_ETIMEDOUT, nullptr, 0);
+      break;
+    case State::kIncoming:
+    case State::kProving:
+      close_socket_locked();
+      break;
+    default:
+      break;
+  }
+}
+
+void Conn::on_ready(uint32_t events) {
+  std::lock_guard lock(mu_);
+  const State s = state();
+  if (s == State::kClosed || !fd_.valid()) return;
+  if (acks_owed_.load(std::memory_order_acquire)) {
+    std::vector<uint32_t> owed;
+    {
+      std::lock_guard olock(owed_mu_);
+      owed.swap(owed_acks_);
+      acks_owed_.store(false, std::memory_order_relaxed);
+    }
+    if (s == State::kConnected) {
+      for (uint32_t seq : owed) queue_ctrl_locked(wire::Op::kAckDelivered, seq, nullptr, 0);
+      if (!flush_locked()) return;
+    }
+  }
+  if (s == State::kConnecting) {
+    int err = 0;
+    socklen_t len = sizeof(err);
+    getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err == 0 && (events & (EPOLLERR | EPOLLHUP)) != 0) err = ECONNREFUSED;
+    if (err != 0) {
+      reported_ = true;
+      close_socket_locked();
+      refused_locked(fi_errno_of(err), nullptr, 0);
+      return;
+    }
+    if ((events & EPOLLOUT) == 0) return;
+    set_state(State::kRequested);
+    writing_ = false;
+    update_interest_locked();
+    flush_locked();
+    return;
+  }
+  if (rx_shm_) {
+    // A doorbell, the end of the socket, or a call from schedule(): look at both rings.
+    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) drain_doorbells_locked();
+    if (state() == State::kClosed) return;
+    if (!flush_locked()) return;
+    if (stalled_ && (events & EPOLLIN) != 0) {
+      stalled_ = false;
+      update_interest_locked();
+    }
+    if (!stalled_) read_locked();
+    return;
+  }
+  if (events & EPOLLOUT) {
+    if (!flush_locked()) return;
+  }
+  if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+    if (stalled_) {
+      stalled_ = false;
+      update_interest_locked();
+    }
+    read_locked();
+  }
+}
+
+void Conn::read_locked() {
+  bool drained = false;
+  for (;;) {
+    const State s = state();
+    if (s == State::kClosed || s == State::kPending) return;
+    size_t used = 0;
+    if (!handle_bytes_locked(rbuf_.get() + rpos_, rlen_ - rpos_, &used)) {
+      rpos_ += used;
+      return;
+    }
+    rpos_ = rlen_ = 0;
+    if (rx_shm_) {
+      // The handshake is over: the peer's frames are in the ring.
+      read_shm_locked();
+      return;
+    }
+    // A short read emptied the socket: asking again would only hear EAGAIN. What comes next is
+    // read at the next progress (epoll is level-triggered, so a waiter still hears of it).
+    if (drained) return;
+    if (ctrl_.size() - ctrl_off_ > kCtrlBacklog) {
+      want_write_locked(true);
+      return;
+    }
+    ssize_t n;
+    if (!framer_.in_header() && have_place_ && !framer_.frame_done() &&
+        framer_.payload_left() >= kDirectRead && placed_ < place_.capacity) {
+      // Straight into the application's buffer.
+      iovec iov[kMaxIov + 1];
+      const int cnt = iov_slice(place_.iov, place_.iov_count, placed_,
+                                std::min(framer_.payload_left(), place_.capacity - placed_), iov);
+      n = readv(fd_.get(), iov, cnt);
+      if (n > 0) {
+        framer_.take_payload(static_cast<size_t>(n));
+        placed_ += static_cast<size_t>(n);
+        continue;
+      }
+    } else {
+      n = recv(fd_.get(), rbuf_.get(), kReadBuffer, MSG_DONTWAIT);
+      if (n > 0) {
+        rlen_ = static_cast<size_t>(n);
+        drained = rlen_ < kReadBuffer;
+        continue;
+      }
+    }
+    if (n == 0) {
+      // The peer closed. Between frames that is a close; inside one, a violation.
+      if (framer_.between_frames()) {
+        peer_closed_locked();
+      } else {
+        fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "connection closed inside a frame");
+      }
+      return;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    if (errno == ECONNRESET || errno == EPIPE) {
+      peer_closed_locked();
+    } else {
+      fail_locked(fi_errno_of(errno), FI_FABQ_EVENT_EP_FATAL, strerror(errno));
+    }
+    return;
+  }
+}
+
+// Consumes bytes p[0..n) of the stream. True when all were consumed (more are wanted); false
+// when the connection stalled or ended (*used says how far it got).
+bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
+  const bool from_socket = !rx_shm_;
+  size_t off = 0;
+  for (;;) {
+    if (state() == State::kClosed) {
+      *used = off;
+      return false;
+    }
+    if (!framer_.in_header() || framer_.frame_done()) {
+      const wire::Header& h = framer_.header();
+      if (is_data(h.op) && !have_place_) {
+        if (owner_ == nullptr || !owner_->place(in_, &place_)) {
+          stalled_ = true;
+          update_interest_locked();
+          if (owner_ != nullptr && owner_->take_retry()) engine_->schedule(this);
+          *used = off;
+          return false;
+        }
+        have_place_ = true;
+        placed_ = 0;
+      }
+      if (framer_.frame_done()) {
+        if (!frame_done_locked()) {
+          *used = off;
+          return false;
+        }
+        framer_.next_frame();
+        have_place_ = false;
+        placed_ = 0;
+        if (from_socket && rx_shm_) {
+          // That was the handshake's last frame on the socket; what follows it there is
+          // doorbells, and the frames are in the ring.
+          *used = n;
+          return true;
+        }
+        continue;
+      }
+      if (off == n) break;
+      const size_t take = framer_.take_payload(n - off);
+      if (is_data(h.op)) {
+        // Into the placement, up to its capacity; the rest of a too-long message is dropped.
+        const size_t room =
+            placed_ < place_.capacity ? std::min(take, place_.capacity - placed_) : 0;
+        iovec dst[kMaxIov + 1];
+        const int cnt = iov_slice(place_.iov, place_.iov_count, placed_, room, dst);
+        const unsigned char* src = p + off;
+        for (int j = 0; j < cnt; ++j) {
+          std::memcpy(dst[j].iov_base, src, dst[j].iov_len);
+          src += dst[j].iov_len;
+        }
+      } else {
+        std::memcpy(cm_buf_ + placed_, p + off, take);
+      }
+      placed_ += take;
+      off += take;
+      continue;
+    }
+    if (off == n) break;
+    off += framer_.take_header(p + off, n - off);
+    if (framer_.dead()) {
+      *used = off;
+      fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, wire::violation_str(framer_.violation()));
+      return false;
+    }
+    if (framer_.in_header()) continue;
+    // A whole header: is it allowed now?
+    const wire::Header& h = framer_.header();
+    const State s = state();
+    bool ok = false;
+    switch (h.op) {
+      case wire::Op::kConnReq:
+        ok = s == State::kIncoming;
+        break;
+      case wire::Op::kConnAccept:
+        // A side that asked to authenticate takes no accept from a peer that has not proved
+        // it holds the secret.
+        ok = s == State::kRequested && (!auth_sent_ || challenged_);
+        break;
+      case wire::Op::kConnReject:
+        ok = s == State::kRequested;
+        break;
+      case wire::Op::kChallenge:
+        ok = s == State::kRequested && auth_sent_ && !challenged_;
+        break;
+      case wire::Op::kProof:
+        ok = s == State::kProving;
+        break;
+      case wire::Op::kConnReady:
+        ok = s == State::kAccepted;
+        break;
+      case wire::Op::kMsg:
+      case wire::Op::kTagged:
+        // On an RDM connection, messages flow only from the side that connected.
+        ok = s == State::kConnected && (!rdm_ || inbound_);
+        break;
+      default:
+        ok = s == State::kConnected;
+        break;
+    }
+    if (!ok) {
+      *used = off;
+      fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "a frame the connection's state forbids");
+      return false;
+    }
+    if (is_data(h.op)) {
+      in_.tagged = h.op == wire::Op::kTagged;
+      in_.tag = h.tag;
+      in_.has_data = (h.flags & wire::kRemoteData) != 0;
+      in_.data = h.data;
+      in_.len = h.length;
+      in_.seq = h.seq;
+      in_.from = peer_name_;
+      in_.via = this;
+      in_.ack = (h.flags & wire::kWantDelivered)  ? AckWanted::kDelivered
+                : (h.flags & wire::kWantReceived) ? AckWanted::kReceived
+                                                  : AckWanted::kNone;
+      have_place_ = false;
+    }
+    placed_ = 0;
+  }
+  *used = off;
+  return true;
+}
+
+// Acts on a complete frame. False when the connection ended or stalled.
+bool Conn::frame_done_locked() {
+  const wire::Header& h = framer_.header();
+  switch (h.op) {
+    case wire::Op::kConnReq:
+      return auth_ == nullptr && (h.flags & wire::kAuth) == 0
+                 ? take_request_locked(h, cm_buf_, h.length)
+                 : challenge_locked(h);
+    case wire::Op::kChallenge:
+      return prove_locked();
+    case wire::Op::kProof:
+      return take_proof_locked(h);
+    case wire::Op::kConnAccept:
+      if ((h.flags & wire::kShmAccept) != 0) {
+        if (!seg_.valid()) {
+          fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR,
+                      "shared memory taken but not offered");
+          return false;
+        }
+        // The peer's frames come through the ring from here on; ours after kConnReady.
+        shm_agreed_locked(/*connecting=*/true);
+        rx_shm_ = true;
+      } else {
+        seg_ = {};  // declined (another host, or shared memory off there)
+      }
+      engine_->set_deadline(this, 0);
+      was_connected_ = true;
+      set_state(State::kConnected);
+      queue_ctrl_locked(wire::Op::kConnReady, 0, nullptr, 0);
+      if (shm_agreed_) tx_switch_at_ = ctrl_.size();
+      update_interest_locked();
+      // kConnReady goes to the kernel before the application hears FI_CONNECTED (as verbs
+      // sends its RTU before ESTABLISHED): an application that exits at once must not leave
+      // the peer with a handshake cut short.
+      if (!flush_locked()) return false;  // and the sends queued while connecting
+      if (!rdm_) owner_->cm_event({.event = FI_CONNECTED, .data = cm_buf_, .len = h.length});
+      return true;
+    case wire::Op::kConnReject:
+      reported_ = true;
+      close_socket_locked();
+      // A peer that has not proved the secret refuses, but its words are not reported.
+      refused_locked(FI_ECONNREFUSED, auth_sent_ && !challenged_ ? nullptr : cm_buf_,
+                     auth_sent_ && !challenged_ ? 0 : h.length);
+      return false;
+    case wire::Op::kConnReady:
+      engine_->set_deadline(this, 0);
+      was_connected_ = true;
+      set_state(State::kConnected);
+      if (shm_agreed_) rx_shm_ = true;  // the peer's next frame is in the ring
+      update_interest_locked();
+      if (!rdm_) owner_->cm_event({.event = FI_CONNECTED});
+      return true;
+    case wire::Op::kMsg:
+    case wire::Op::kTagged: {
+      if (!comm_est_ && !rdm_) {
+        comm_est_ = true;
+        owner_->async_event(FI_FABQ_EVENT_COMM_EST);
+      }
+      const bool delivered_now = owner_->placed(in_, &place_);
+      if (in_.ack == AckWanted::kReceived) {
+        queue_ctrl_locked(wire::Op::kAckReceived, in_.seq, nullptr, 0);
+      } else if (in_.ack == AckWanted::kDelivered && delivered_now) {
+        queue_ctrl_locked(wire::Op::kAckDelivered, in_.seq, nullptr, 0);
+      }
+      if (in_.ack != AckWanted::kNone) return flush_locked();
+      return true;
+    }
+    case wire::Op::kAckReceived:
+    case wire::Op::kAckDelivered:
+      if (!owner_->tx_acked(this, h.seq, h.op == wire::Op::kAckDelivered)) {
+        fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "an acknowledgement of no send");
+        return false;
+      }
+      return true;
+    case wire::Op::kShutdown:
+      peer_closed_locked();
+      return false;
+  }
+  return true;
+}
+
+void Conn::peer_closed_locked() {
+  const State s = state();
+  close_socket_locked();
+  if (rdm_) {
+    // The peer endpoint closed (or never answered): what was sent to it and not acknowledged
+    // fails; the next send to it connects anew.
+    refused_locked(s == State::kConnected ? FI_ECONNABORTED : FI_ECONNREFUSED, nullptr, 0);
+    return;
+  }
+  const bool was_reported = std::exchange(reported_, true);
+  if (s == State::kConnected && owner_ != nullptr) {
+    if (!was_reported) owner_->cm_event({.event = FI_SHUTDOWN});
+    // Sends still waiting for the peer's acknowledgement will not get it.
+    owner_->abort_sends(this, FI_ECONNABORTED);
+  }
+  send_count_ = 0;
+  mid_frame_ = false;
+  if (!was_reported && s != State::kConnected) {
+    switch (s) {
+      case State::kIncoming:
+      case State::kProving:
+      case State::kPending:
+        break;  // its acceptor frees it (close_socket_locked)
+      case State::kConnecting:
+      case State::kRequested:
+        owner_->cm_event({.err = FI_ECONNREFUSED});
+        break;
+      case State::kAccepted:
+        owner_->cm_event({.err = FI_ECONNABORTED});
+        break;
+      default:
+        break;
+    }
+  }
+  // Nothing more can arrive: the posted receives end too, after FI_SHUTDOWN or the error.
+  if (owner_ != nullptr) owner_->connection_ended();
+}
+
+void Conn::fail_locked(int err, uint32_t event, const char* why) {
+  engine_->log(LogLevel::kWarn, "connection with %s:%u failed: %s\n", inet_ntoa(peer_.sin_addr),
+               ntohs(peer_.sin_port), why);
+  const State s = state();
+  close_socket_locked();
+  if (rdm_) {
+    // Only this connection ends: its sends fail, the endpoint goes on.
+    refused_locked(err == FI_EREMOTEIO ? FI_EIO : err, nullptr, 0);
+    return;
+  }
+  send_count_ = 0;
+  mid_frame_ = false;
+  const bool was_reported = std::exchange(reported_, true);
+  if (owner_ == nullptr) return;  // not reported yet: its acceptor frees it
+  if (s == State::kConnected) owner_->abort_sends(this, err == FI_EREMOTEIO ? FI_EIO : err);
+  if (!was_reported && s == State::kConnected) {
+    // The event writes the EQ error entry and fails the posted receives.
+    owner_->async_event(event);
+    return;
+  }
+  if (!was_reported) owner_->cm_event({.err = err});
+  // Already shut down, or never connected: the receives end as with the peer's close.
+  owner_->connection_ended();
+}
+
+}  // namespace fabq::xport

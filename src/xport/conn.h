@@ -1,0 +1,210 @@
+// fabq TCP transport: one connection (xport/transport.h Connection).
+//
+// The connection protocol of wire.h over one TCP socket: the handshake (with its authentication
+// and its shared-memory offer), framing, placing payloads where the owner says, the send queue
+// and acknowledgements. Once both sides agreed on a shared-memory segment (xport/shm.h) the same
+// frames go through its rings (conn_shm.cc) and the socket carries doorbells and the close.
+//
+// RDM connections speak the same protocol; what differs is who hears of it. The connect data
+// of an RDM kConnReq is the connecting endpoint's name (sockaddr_in, for FI_SOURCE); no CM event
+// is reported; a connection that fails or is refused fails the sends submitted to it
+// (Owner::abort_sends) and nothing else. Data flows one way on each: from the endpoint that
+// connected to the one that accepted (acknowledgements flow back), so two endpoints that send
+// to each other hold two connections, and messages between them keep their order.
+//
+// Files: conn.cc (set-up, sending, reading, framing), conn_handshake.cc (the handshake's frames
+// and their authentication), conn_shm.cc (the shared-memory side).
+#pragma once
+
+#include <netinet/in.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "core/hmac.h"
+#include "core/unique_fd.h"
+#include "xport/engine.h"
+#include "xport/shm.h"
+#include "xport/transport.h"
+#include "xport/wire.h"
+
+namespace fabq::xport {
+
+class Acceptor;
+class PassiveAcceptor;
+
+class Conn final : public Connection, public Pollable {
+ public:
+  // `owner` null: a passive listener's connection, until adopted.
+  Conn(Engine* engine, Owner* owner, const ConnParams& params, core::UniqueFd fd);
+  ~Conn() override;
+
+  // Connection.
+  int connect(const sockaddr_in& peer, const void* data, size_t len) override;
+  bool adopt(Owner* owner, const ConnParams& params) override;
+  int accept(const void* data, size_t len) override;
+  int reject(const void* data, size_t len) override;
+  int shutdown() override;
+  int submit(TxOp* op) override;
+  void ack_delivered(uint32_t seq) override;
+  void ack_delivered_later(uint32_t seq) override;
+  void resume() override;
+  int getname(void* addr, size_t* len) override;
+  int getpeer(void* addr, size_t* len) override;
+  bool connected() const override {
+    return state_.load(std::memory_order_acquire) == State::kConnected;
+  }
+  bool open() const override { return state() != State::kClosed; }
+
+  // Pollable.
+  void on_ready(uint32_t events) override;
+  void on_deadline() override;
+
+  // The engine, holding its lock, every round: moves ring bytes if there are any to move.
+  void poll_shm();
+  // The engine before its thread sleeps: asks the peer for a doorbell; true if there is work.
+  bool arm_shm();
+
+  // A connection accepted by `acceptor` (a PassiveAcceptor, or the RDM listener of the
+  // endpoint it was made for), waiting for its kConnReq. Until it is handed over (adopt(),
+  // reject()) an accepted connection that ends asks its acceptor to reap it.
+  void start_accepted(Acceptor* acceptor, PassiveAcceptor* passive);
+  bool closed() const { return state() == State::kClosed; }
+  // Accepted and not yet connected: counted against its owner's backlog.
+  bool in_handshake() const;
+  // Its request went to the passive endpoint, which adopts or rejects it: not freed before.
+  bool requested() const { return requested_.load(std::memory_order_acquire); }
+
+ private:
+  enum class State : uint8_t {
+    kIdle,        // made for fi_connect, nothing sent
+    kConnecting,  // TCP connect in progress
+    kRequested,   // kConnReq sent, waiting for accept or reject
+    kIncoming,    // passive: waiting for the peer's kConnReq
+    kProving,     // passive: kChallenge sent, waiting for the peer's kProof
+    kPending,     // passive: kConnReq reported; waiting for fi_accept / fi_reject
+    kAccepted,    // passive: kConnAccept sent, waiting for kConnReady
+    kConnected,
+    kClosed,  // shut down, refused or failed: nothing more moves
+  };
+  void set_state(State s) { state_.store(s, std::memory_order_release); }
+  State state() const { return state_.load(std::memory_order_acquire); }
+  // Under mu_:
+  void read_locked();
+  bool handle_bytes_locked(const unsigned char* p, size_t n, size_t* used);
+  bool frame_done_locked();
+  void queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len,
+                         uint32_t flags = 0, uint64_t tag = 0, uint64_t hdata = 0);
+  bool flush_locked();
+  void want_write_locked(bool on);
+  void update_interest_locked();
+  void fail_locked(int err, uint32_t event, const char* why);
+  // kConnReject with `data`, then closed.
+  int reject_locked(const void* data, size_t len);
+  // A request (authenticated, if this side has a secret): reported or accepted.
+  bool take_request_locked(const wire::Header& h, const unsigned char* data, size_t len);
+  // Authentication (xport/wire.h): the passive side challenges, the active side proves.
+  bool challenge_locked(const wire::Header& h);
+  bool prove_locked();
+  bool take_proof_locked(const wire::Header& h);
+  core::Digest auth_mac_locked(std::string_view label) const;
+  // The connection did not come up (refused, timed out, unreachable): an MSG endpoint hears of
+  // it on its EQ; an RDM endpoint's sends to it fail.
+  void refused_locked(int err, const void* data, size_t len);
+  void peer_closed_locked();
+  void close_socket_locked();
+  // Shared memory (xport/shm.h).
+  bool is_local(const sockaddr_in& peer) const;
+  // The accepting side: maps the segment a kConnReq offers (seg_ stays invalid otherwise).
+  void map_offer_locked(const wire::Header& req);
+  // kConnAccept with `data`, taking the mapped offer if there is one.
+  void queue_accept_locked(const void* data, size_t len);
+  // Both sides agreed on seg_: its rings are this connection's, the engine polls them, and
+  // this side's frames move to its ring once what ctrl_ holds now is on the socket.
+  void shm_agreed_locked(bool connecting);
+  void read_shm_locked();
+  void drain_doorbells_locked();
+  void doorbell_locked();
+
+  Engine* const engine_;
+  Owner* owner_;  // null while passive and not adopted
+  ConnParams params_;
+  const bool rdm_;  // an RDM endpoint's connection
+  // The secret this side proves in the handshake (params_.auth, or the passive listener's);
+  // null: peers are not authenticated.
+  const core::HmacSha256* auth_ = nullptr;
+  bool inbound_ = false;                // RDM: accepted by the endpoint's listener (data flows in)
+  Acceptor* acceptor_ = nullptr;        // accepted and not handed over: reaped by it once closed
+  PassiveAcceptor* passive_ = nullptr;  // acceptor_, when a passive endpoint's
+  std::atomic<bool> requested_{false};  // see requested(); set by passive_
+  core::UniqueFd fd_;
+  std::mutex mu_;
+  std::atomic<State> state_{State::kIdle};
+  bool registered_ = false;
+  bool writing_ = false;        // EPOLLOUT requested
+  uint32_t interest_ = 0;       // the events registered
+  bool stalled_ = false;        // a payload has no place yet
+  bool shutting_ = false;       // fi_shutdown: kShutdown goes after the queued sends
+  bool shut_queued_ = false;    // ... and is queued
+  bool shut_done_ = false;      // ... and is written; the sending side is closed
+  bool comm_est_ = false;       // COMM_EST raised
+  bool reported_ = false;       // FI_SHUTDOWN or an error was reported for this connection
+  bool was_connected_ = false;  // FI_CONNECTED was reported
+  sockaddr_in peer_{};
+  sockaddr_in peer_name_{};  // RDM inbound: the name the peer endpoint announced
+  wire::Framer framer_;
+  std::unique_ptr<unsigned char[]> rbuf_;
+  size_t rpos_ = 0;
+  size_t rlen_ = 0;
+  // The frame being read.
+  Incoming in_;
+  Placement place_;
+  bool have_place_ = false;
+  size_t placed_ = 0;  // payload bytes of this frame consumed so far
+  unsigned char cm_buf_[wire::kMaxConnReq];
+  // Authentication: the nonces, the request both MACs vouch for, and (passive) the request
+  // held until the proof arrives.
+  bool auth_sent_ = false;   // active: kConnReq carried kAuth
+  bool challenged_ = false;  // active: the peer proved the secret; kProof sent
+  unsigned char nonce_c_[wire::kNonceSize] = {};
+  unsigned char nonce_s_[wire::kNonceSize] = {};
+  core::Digest req_digest_{};
+  wire::Header held_req_{};
+  unsigned char held_data_[core::kCmDataSize];
+  // Sends: a ring of submitted ops, then control frames written between data frames.
+  std::vector<TxOp*> sendq_;
+  size_t send_head_ = 0;
+  size_t send_count_ = 0;
+  std::vector<unsigned char> ctrl_;
+  size_t ctrl_off_ = 0;
+  bool mid_frame_ = false;  // the head op is partly written
+  // Shared memory: the segment (offered, or mapped from the peer's offer), its rings once both
+  // sides agreed, and which directions moved to them. The mapping lives as long as the Conn:
+  // the engine looks at the rings without the connection's lock.
+  shm::Segment seg_;
+  bool shm_agreed_ = false;
+  shm::Ring tx_ring_;
+  shm::Ring rx_ring_;
+  bool tx_shm_ = false;
+  bool rx_shm_ = false;
+  bool tx_switch_pending_ = false;  // the handshake's last frame goes to the socket first
+  size_t tx_switch_at_ = 0;         // ... ending at this offset of ctrl_
+  bool peer_eof_ = false;           // the socket ended; what is left of the peer is in the ring
+  bool bell_owed_ = false;          // a doorbell waits for this side's switch to the ring
+  // Delivery acknowledgements queued by ack_delivered_later(), sent by the next on_ready().
+  std::mutex owed_mu_;  // innermost
+  std::vector<uint32_t> owed_acks_;
+  std::atomic<bool> acks_owed_{false};
+  // Hints for the engine (relaxed; written under mu_).
+  std::atomic<bool> shm_rx_open_{false};     // the ring may be read (not stalled, not closed)
+  std::atomic<bool> shm_tx_blocked_{false};  // the ring was full with bytes left to write
+
+  friend class Acceptor;
+  friend class PassiveAcceptor;
+};
+
+}  // namespace fabq::xport

@@ -1,0 +1,146 @@
+// The shared-memory side of a connection (xport/shm.h): the offer, the switch from the socket
+// to the rings, reading and writing the rings, and doorbells.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "fabq/fi_fabq.h"
+#include "xport/conn.h"
+#include "xport/socket_util.h"
+
+namespace fabq::xport {
+namespace {
+
+// Control frames owed to the peer beyond this: stop reading until they are written.
+constexpr size_t kCtrlBacklog = 64 * 1024;
+constexpr size_t kReadBuffer = 16 * 1024;
+
+}  // namespace
+
+// Same host: the peer's address is one of this host's (which includes every loopback one).
+bool Conn::is_local(const sockaddr_in& peer) const {
+  if ((ntohl(peer.sin_addr.s_addr) >> 24) == 127) return true;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool local = false;
+  for (ifaddrs* i = list; i != nullptr && !local; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    local =
+        reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == peer.sin_addr.s_addr;
+  }
+  freeifaddrs(list);
+  return local;
+}
+
+void Conn::map_offer_locked(const wire::Header& req) {
+  if (engine_->config().shm && (req.flags & wire::kShmOffer) != 0) {
+    seg_ = shm::Segment::open(req.tag, req.data);
+  }
+}
+
+void Conn::queue_accept_locked(const void* data, size_t len) {
+  if (!seg_.valid()) {
+    queue_ctrl_locked(wire::Op::kConnAccept, 0, data, len);
+    return;
+  }
+  queue_ctrl_locked(wire::Op::kConnAccept, 0, data, len, wire::kShmAccept);
+  shm_agreed_locked(/*connecting=*/false);
+}
+
+void Conn::shm_agreed_locked(bool connecting) {
+  seg_.unlink();
+  tx_ring_ = seg_.tx(connecting);
+  rx_ring_ = seg_.rx(connecting);
+  shm_agreed_ = true;
+  tx_switch_pending_ = true;
+  tx_switch_at_ = ctrl_.size();
+  engine_->add_shm(this);
+}
+
+void Conn::poll_shm() {
+  const bool rx = shm_rx_open_.load(std::memory_order_relaxed) && rx_ring_.readable();
+  const bool tx = shm_tx_blocked_.load(std::memory_order_relaxed) && tx_ring_.writable();
+  if (!rx && !tx) return;
+  std::lock_guard lock(mu_);
+  if (state() == State::kClosed) return;
+  if (tx && !flush_locked()) return;
+  if (rx_shm_ && !stalled_) read_locked();
+}
+
+bool Conn::arm_shm() {
+  bool work = false;
+  if (shm_rx_open_.load(std::memory_order_relaxed)) work = rx_ring_.arm_consumer();
+  if (shm_tx_blocked_.load(std::memory_order_relaxed) && tx_ring_.arm_producer()) work = true;
+  return work;
+}
+
+// Reads the peer's frames from the ring until it is empty, the connection stalls or ends.
+void Conn::read_shm_locked() {
+  bool bell = false;
+  for (;;) {
+    const State s = state();
+    if (s == State::kClosed || s == State::kPending) break;
+    if (ctrl_.size() - ctrl_off_ > kCtrlBacklog) break;  // resumed by the flush that empties it
+    const unsigned char* p = nullptr;
+    size_t contiguous = 0;
+    size_t avail = 0;
+    if (rx_ring_.peek(&p, &contiguous, &avail) != shm::Status::kOk) {
+      fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "the peer corrupted a shared ring");
+      return;
+    }
+    if (avail == 0) {
+      if (!peer_eof_) break;
+      // The socket ended and the ring is empty: everything the peer wrote has been read.
+      if (bell) doorbell_locked();
+      if (framer_.between_frames()) {
+        peer_closed_locked();
+      } else {
+        fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "connection closed inside a frame");
+      }
+      return;
+    }
+    size_t used = 0;
+    const bool more = handle_bytes_locked(p, contiguous, &used);
+    if (rx_ring_.consume(used)) bell = true;
+    if (!more) break;
+  }
+  if (bell && state() != State::kClosed) doorbell_locked();
+}
+
+// Empties the socket of doorbells; notes its end or fails the connection on its error.
+void Conn::drain_doorbells_locked() {
+  for (;;) {
+    const ssize_t n = recv(fd_.get(), rbuf_.get(), kReadBuffer, MSG_DONTWAIT);
+    if (n > 0) {
+      if (static_cast<size_t>(n) < kReadBuffer) return;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n == 0 || errno == ECONNRESET || errno == EPIPE) {
+      // The peer is gone or closed; the ring may still hold its last frames.
+      peer_eof_ = true;
+      update_interest_locked();
+      return;
+    }
+    fail_locked(fi_errno_of(errno), FI_FABQ_EVENT_EP_FATAL, strerror(errno));
+    return;
+  }
+}
+
+void Conn::doorbell_locked() {
+  if (!tx_shm_) {
+    // The handshake's last frame is not on the socket yet: the bell must not go before it.
+    bell_owed_ = true;
+    return;
+  }
+  if (!fd_.valid() || peer_eof_) return;
+  const unsigned char bell = 0;
+  // A full socket already holds a doorbell the peer has not read: this one is not needed.
+  [[maybe_unused]] ssize_t n = send(fd_.get(), &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+}  // namespace fabq::xport

@@ -1,0 +1,329 @@
+#include "xport/engine.h"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/lazy_global.h"
+#include "xport/conn.h"
+#include "xport/listener.h"
+#include "xport/socket_util.h"
+
+namespace fabq::xport {
+namespace {
+
+constexpr int kMaxEvents = 64;
+
+// Every engine of the process, so that the provider's unload can stop their threads.
+struct Engines {
+  std::mutex mu;
+  std::vector<Engine*> all;
+};
+core::LazyGlobal<Engines> g_engines;
+Engines& engines() {
+  return g_engines.get();
+}
+
+}  // namespace
+
+Engine::Engine(const TransportConfig& config)
+    : config_(config),
+      epfd_(epoll_create1(EPOLL_CLOEXEC)),
+      kick_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  // They swap, so each needs room before the first swap: else the first rounds allocate.
+  scheduled_.reserve(kScheduleRoom);
+  running_.reserve(kScheduleRoom);
+  deadlines_.reserve(kScheduleRoom);
+  std::lock_guard lock(engines().mu);
+  engines().all.push_back(this);
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(engines().mu);
+    std::erase(engines().all, this);
+  }
+  stop_thread();
+}
+
+void Engine::start_thread() {
+  std::lock_guard lock(thread_mu_);
+  if (thread_started_.load(std::memory_order_relaxed) || stop_.load(std::memory_order_acquire)) {
+    return;
+  }
+  thread_ = std::thread([this] { thread_main(); });
+  thread_started_.store(true, std::memory_order_release);
+}
+
+void Engine::stop_thread() {
+  std::thread t;
+  {
+    std::lock_guard lock(thread_mu_);
+    stop_.store(true, std::memory_order_release);
+    t = std::move(thread_);
+  }
+  kick();
+  if (t.joinable()) t.join();
+}
+
+bool Engine::add(int fd, Pollable* p, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = p;
+  return epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd, &ev) == 0;
+}
+
+void Engine::modify(int fd, Pollable* p, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = p;
+  epoll_ctl(epfd_.get(), EPOLL_CTL_MOD, fd, &ev);
+}
+
+void Engine::remove(int fd, Pollable* p) {
+  epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  unschedule(p);
+}
+
+void Engine::unschedule(Pollable* p) {
+  std::lock_guard lock(sched_mu_);
+  std::erase(scheduled_, p);
+  std::erase_if(deadlines_, [p](const Deadline& d) { return d.p == p; });
+}
+
+void Engine::remove_fd(int fd) {
+  epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, fd, nullptr);
+}
+
+void Engine::retire(std::unique_ptr<Pollable> p) {
+  std::lock_guard lock(sched_mu_);
+  std::erase(scheduled_, p.get());
+  std::erase_if(deadlines_, [q = p.get()](const Deadline& d) { return d.p == q; });
+  graveyard_.push_back(std::move(p));
+  has_graves_.store(true, std::memory_order_release);
+}
+
+void Engine::schedule(Pollable* p) {
+  {
+    std::lock_guard lock(sched_mu_);
+    if (std::find(scheduled_.begin(), scheduled_.end(), p) == scheduled_.end()) {
+      scheduled_.push_back(p);
+    }
+    has_scheduled_.store(true, std::memory_order_release);
+  }
+  if (waiters_.load(std::memory_order_acquire) > 0) kick();
+}
+
+void Engine::set_deadline(Pollable* p, int64_t ns) {
+  {
+    std::lock_guard lock(sched_mu_);
+    std::erase_if(deadlines_, [p](const Deadline& d) { return d.p == p; });
+    if (ns != 0) deadlines_.push_back({p, ns});
+    has_deadlines_.store(!deadlines_.empty(), std::memory_order_release);
+  }
+  if (ns != 0 && waiters_.load(std::memory_order_acquire) > 0) kick();
+}
+
+void Engine::add_shm(Conn* c) {
+  {
+    std::lock_guard lock(shm_mu_);
+    shm_.push_back(c);
+    shm_changed_.store(true, std::memory_order_release);
+    has_shm_.store(true, std::memory_order_release);
+  }
+  kick_if_waiting();
+}
+
+void Engine::remove_shm(Conn* c) {
+  std::lock_guard lock(shm_mu_);
+  if (std::erase(shm_, c) > 0) shm_changed_.store(true, std::memory_order_release);
+  has_shm_.store(!shm_.empty(), std::memory_order_release);
+}
+
+void Engine::forget_shm(Conn* c) {
+  remove_shm(c);
+  // A round in progress may hold it in its copy.
+  std::replace(shm_run_.begin(), shm_run_.end(), c, static_cast<Conn*>(nullptr));
+}
+
+void Engine::refresh_shm_locked() {
+  if (!shm_changed_.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(shm_mu_);
+  shm_run_ = shm_;
+  shm_changed_.store(false, std::memory_order_release);
+}
+
+void Engine::poll_shm_locked() {
+  refresh_shm_locked();
+  // By index: a connection's callbacks may destroy another one, which nulls its entry.
+  for (size_t i = 0; i < shm_run_.size(); ++i) {
+    if (Conn* c = shm_run_[i]) c->poll_shm();
+  }
+}
+
+bool Engine::arm_shm_locked() {
+  refresh_shm_locked();
+  bool work = false;
+  for (Conn* c : shm_run_) {
+    if (c != nullptr && c->arm_shm()) work = true;
+  }
+  return work;
+}
+
+void Engine::kick_if_waiting() {
+  if (waiters_.load(std::memory_order_acquire) > 0) kick();
+}
+
+void Engine::kick() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(kick_fd_.get(), &one, sizeof(one));
+}
+
+void Engine::progress() {
+  if (!mu_.try_lock()) return;
+  run_locked();
+  mu_.unlock();
+  after_round();
+}
+
+void Engine::run_locked() {
+  epoll_event ev[kMaxEvents];
+  const int n = epoll_wait(epfd_.get(), ev, kMaxEvents, 0);
+  for (int i = 0; i < n; ++i) static_cast<Pollable*>(ev[i].data.ptr)->on_ready(ev[i].events);
+  if (!shm_run_.empty() || shm_changed_.load(std::memory_order_relaxed)) poll_shm_locked();
+  if (has_scheduled_.load(std::memory_order_acquire)) {
+    {
+      std::lock_guard lock(sched_mu_);
+      running_.swap(scheduled_);  // both keep their capacity: no allocation in steady state
+      has_scheduled_.store(false, std::memory_order_release);
+    }
+    for (Pollable* p : running_) p->on_ready(EPOLLIN);
+    running_.clear();
+  }
+  std::vector<Pollable*> due;
+  if (has_deadlines_.load(std::memory_order_acquire)) {
+    std::lock_guard lock(sched_mu_);
+    if (!deadlines_.empty()) {
+      const int64_t t = now_ns();
+      for (auto it = deadlines_.begin(); it != deadlines_.end();) {
+        if (it->ns <= t) {
+          due.push_back(it->p);
+          it = deadlines_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  for (Pollable* p : due) p->on_deadline();
+  // Objects retired during this round: no readiness report of the round refers to them now.
+  if (has_graves_.load(std::memory_order_acquire)) {
+    std::vector<std::unique_ptr<Pollable>> dead;
+    {
+      std::lock_guard lock(sched_mu_);
+      dead.swap(graveyard_);
+      has_graves_.store(false, std::memory_order_release);
+    }
+  }
+}
+
+void Engine::begin_wait() {
+  if (!thread_started_.load(std::memory_order_acquire)) start_thread();
+  if (waiters_.fetch_add(1, std::memory_order_acq_rel) == 0) kick();
+}
+
+void Engine::end_wait() {
+  waiters_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void Engine::thread_main() {
+  while (!stop_.load(std::memory_order_acquire)) {
+    uint64_t drained;
+    if (waiters_.load(std::memory_order_acquire) == 0) {
+      pollfd k{kick_fd_.get(), POLLIN, 0};
+      poll(&k, 1, -1);
+      [[maybe_unused]] ssize_t r = read(kick_fd_.get(), &drained, sizeof(drained));
+      continue;
+    }
+    int timeout = -1;
+    if (has_shm_.load(std::memory_order_acquire)) {
+      // Rings are not in the epoll set: ask their peers for a doorbell before sleeping.
+      std::lock_guard lock(mu_);
+      if (arm_shm_locked()) timeout = 0;
+    }
+    {
+      std::lock_guard lock(sched_mu_);
+      if (has_scheduled_.load(std::memory_order_acquire)) timeout = 0;
+      const int64_t t = now_ns();
+      for (const Deadline& d : deadlines_) {
+        const int64_t ms = d.ns <= t ? 0 : (d.ns - t + 999'999) / 1'000'000;
+        if (timeout < 0 || ms < timeout) timeout = static_cast<int>(ms);
+      }
+    }
+    pollfd fds[2] = {{epfd_.get(), POLLIN, 0}, {kick_fd_.get(), POLLIN, 0}};
+    poll(fds, 2, timeout);
+    if (fds[1].revents & POLLIN) {
+      [[maybe_unused]] ssize_t r = read(kick_fd_.get(), &drained, sizeof(drained));
+    }
+    // The last waiter may have left while this thread slept: then the bytes are the
+    // application's to move (manual progress), not this thread's.
+    if (waiters_.load(std::memory_order_acquire) == 0) continue;
+    {
+      std::lock_guard lock(mu_);
+      run_locked();
+    }
+    after_round();
+  }
+}
+
+void Engine::log(LogLevel level, const char* fmt, ...) const {
+  if (config_.log == nullptr) return;
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  config_.log(level, line);
+}
+
+int64_t Engine::connect_deadline() const {
+  return now_ns() + static_cast<int64_t>(config_.connect_timeout_ms) * 1'000'000;
+}
+
+std::unique_ptr<Connection> Engine::make_connection(Owner* owner, const ConnParams& params) {
+  return std::make_unique<Conn>(this, owner, params, core::UniqueFd());
+}
+
+std::unique_ptr<Listener> Engine::open_listener(Owner* owner, const ConnParams& params,
+                                                const sockaddr_in& at, int* err) {
+  auto l = std::make_unique<RdmListener>(this, owner, params);
+  if (const int rc = l->open(at); rc != 0) {
+    *err = rc;
+    return nullptr;
+  }
+  return l;
+}
+
+std::unique_ptr<PassiveListener> Engine::open_passive(PassiveOwner* owner,
+                                                      const core::HmacSha256* auth) {
+  return std::make_unique<PassiveAcceptor>(this, owner, auth);
+}
+
+std::unique_ptr<Transport> make_tcp_transport(const TransportConfig& config) {
+  return std::make_unique<Engine>(config);
+}
+
+void unload_tcp() {
+  if (Engines* e = g_engines.if_made()) {
+    std::lock_guard lock(e->mu);
+    for (Engine* engine : e->all) engine->stop_thread();
+  }
+  // Nothing of the transport runs any more: its process-wide state goes with the provider.
+  g_engines.free();
+}
+
+}  // namespace fabq::xport

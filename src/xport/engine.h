@@ -1,0 +1,125 @@
+// fabq TCP transport: the progress engine of one fabric (xport/transport.h Transport).
+//
+// An epoll set of every socket of the fabric, the shared-memory rings looked at every round, the
+// progress thread that runs only while somebody blocks (or for FI_PROGRESS_AUTO), the scheduled
+// calls and the deadlines (connect timers, back-off). Connections and listeners are made here
+// and run here; docs/locking.md has the order of the locks below and theirs.
+#pragma once
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/unique_fd.h"
+#include "xport/transport.h"
+
+namespace fabq::xport {
+
+// Something whose fd is in the engine's epoll set. Called with the engine lock held.
+class Pollable {
+ public:
+  virtual ~Pollable() = default;
+  virtual void on_ready(uint32_t events) = 0;
+  // A deadline passed (see Engine::set_deadline).
+  virtual void on_deadline() {}
+};
+
+class Conn;
+
+class Engine final : public Transport {
+ public:
+  explicit Engine(const TransportConfig& config);
+  ~Engine() override;
+
+  // Transport.
+  void progress() override;
+  void begin_wait() override;
+  void end_wait() override;
+  std::unique_ptr<Connection> make_connection(Owner* owner, const ConnParams& params) override;
+  std::unique_ptr<Listener> open_listener(Owner* owner, const ConnParams& params,
+                                          const sockaddr_in& at, int* err) override;
+  std::unique_ptr<PassiveListener> open_passive(PassiveOwner* owner,
+                                                const core::HmacSha256* auth) override;
+
+  const TransportConfig& config() const { return config_; }
+  // printf-style, to config().log; at most one line.
+  void log(LogLevel level, const char* fmt, ...) const __attribute__((format(printf, 3, 4)));
+  // When a connection attempt (or an accepted request) that starts now gives up.
+  int64_t connect_deadline() const;
+
+  // Membership of the epoll set; any thread. Taking a socket out does not free its Pollable:
+  // an object is destroyed only under the engine lock (or retired), so that no readiness
+  // report of a round in progress can name it. remove() also forgets its scheduled calls.
+  bool add(int fd, Pollable* p, uint32_t events);
+  void modify(int fd, Pollable* p, uint32_t events);
+  void remove(int fd, Pollable* p);
+  void remove_fd(int fd);
+  // Forgets p's scheduled calls and deadline.
+  void unschedule(Pollable* p);
+  // Frees p at the end of the current round (callbacks may retire objects of the same round).
+  void retire(std::unique_ptr<Pollable> p);
+  // Asks for p->on_ready(EPOLLIN) at the next progress (a stalled connection may go on).
+  void schedule(Pollable* p);
+  // p->on_deadline() once monotonic time passes `ns` (0 cancels).
+  void set_deadline(Pollable* p, int64_t ns);
+  std::recursive_mutex& mu() { return mu_; }
+
+  // Connections with a shared-memory ring, looked at every round. Any thread, with or without
+  // the connection's lock; forget_shm() only under the engine lock (from ~Conn).
+  void add_shm(Conn* c);
+  void remove_shm(Conn* c);
+  void forget_shm(Conn* c);
+  // Wakes the progress thread if somebody waits (a ring it does not watch yet may fill).
+  void kick_if_waiting();
+  // Stops and joins the progress thread for good (the destructor, and the provider's unload);
+  // any thread but that one.
+  void stop_thread();
+
+ private:
+  void run_locked();
+  void after_round() const {
+    if (config_.after_round != nullptr) config_.after_round();
+  }
+  void refresh_shm_locked();
+  void poll_shm_locked();
+  // Before the progress thread sleeps: asks every ring for a doorbell. True if one has work
+  // already (do not sleep).
+  bool arm_shm_locked();
+  void start_thread();
+  void thread_main();
+  void kick();
+
+  const TransportConfig config_;
+  std::recursive_mutex mu_;  // recursive: a callback may destroy a connection
+  core::UniqueFd epfd_;
+  core::UniqueFd kick_fd_;
+  static constexpr size_t kScheduleRoom = 16;
+  std::mutex sched_mu_;  // guards scheduled_, deadlines_
+  std::vector<Pollable*> scheduled_;
+  std::vector<Pollable*> running_;  // scheduled_ being run; guarded by mu_
+  struct Deadline {
+    Pollable* p;
+    int64_t ns;
+  };
+  std::vector<Deadline> deadlines_;
+  std::vector<std::unique_ptr<Pollable>> graveyard_;
+  std::mutex shm_mu_;  // guards shm_; taken after a connection's lock, never before
+  std::vector<Conn*> shm_;
+  std::atomic<bool> shm_changed_{false};
+  std::atomic<bool> has_shm_{false};  // shm_ is not empty: a hint for the progress thread
+  std::vector<Conn*> shm_run_;        // shm_ as of this round; guarded by mu_ (null: destroyed)
+  std::atomic<bool> has_scheduled_{false};
+  std::atomic<bool> has_deadlines_{false};  // hints that spare the common round a lock
+  std::atomic<bool> has_graves_{false};
+  std::atomic<int> waiters_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> thread_started_{false};
+  std::mutex thread_mu_;  // guards thread_ (started on the first wait, joined once)
+  std::thread thread_;
+};
+
+}  // namespace fabq::xport

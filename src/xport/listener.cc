@@ -1,0 +1,223 @@
+#include "xport/listener.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "xport/socket_util.h"
+
+namespace fabq::xport {
+
+namespace {
+
+constexpr int64_t kAcceptBackoffNs = 100'000'000;
+
+// accept4() failures that say nothing about the listening socket: Linux passes a pending
+// network error of the new connection up through accept (accept(2)), and the next one may be
+// fine.
+bool accept_retryable(int e) {
+  switch (e) {
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+    case ENETDOWN:
+    case ENOPROTOOPT:
+    case EHOSTDOWN:
+    case ENONET:
+    case EHOSTUNREACH:
+    case EOPNOTSUPP:
+    case ENETUNREACH:
+    case EPERM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+int Acceptor::listen_at(const sockaddr_in& at, sockaddr_in* bound) {
+  core::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return errno == EMFILE || errno == ENFILE ? -FI_EMFILE : -FI_EIO;
+  const int one = 1;
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a = at;
+  a.sin_family = AF_INET;
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0) {
+    return errno == EADDRINUSE ? -FI_EADDRINUSE : -FI_EINVAL;
+  }
+  if (::listen(fd.get(), SOMAXCONN) != 0) return -FI_EIO;
+  socklen_t len = sizeof(*bound);
+  getsockname(fd.get(), reinterpret_cast<sockaddr*>(bound), &len);
+  std::lock_guard elock(engine_->mu());
+  if (!engine_->add(fd.get(), this, EPOLLIN)) return -FI_EIO;
+  fd_ = std::move(fd);
+  return 0;
+}
+
+void Acceptor::close_locked() {
+  if (fd_.valid()) engine_->remove(fd_.get(), this);  // also forgets a back-off deadline
+  std::vector<std::unique_ptr<Conn>> conns;
+  {
+    std::lock_guard lock(mu_);
+    conns.swap(conns_);
+  }
+  // Destroyed without the acceptor's lock: each takes its own, which comes first.
+  conns.clear();
+}
+
+void Acceptor::on_ready(uint32_t) {
+  size_t busy = 0;
+  {
+    std::lock_guard lock(mu_);
+    sweep_locked();
+    for (const auto& c : conns_) busy += c->in_handshake();
+  }
+  const size_t backlog = engine_->config().cm_backlog;
+  for (;;) {
+    core::UniqueFd fd(accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd.valid()) {
+      const int e = errno;
+      if (accept_retryable(e)) continue;
+      if (e == EAGAIN || e == EWOULDBLOCK) return;
+      // Out of descriptors or memory (or worse): the socket stays readable, so waiting on it
+      // now would spin. Listen again after a pause; what is connected keeps being served.
+      if (!std::exchange(warned_, true)) {
+        engine_->log(LogLevel::kWarn, "accepting connections failed (%s); retrying every %lld ms\n",
+                     strerror(e), static_cast<long long>(kAcceptBackoffNs / 1'000'000));
+      }
+      engine_->remove_fd(fd_.get());
+      backing_off_ = true;
+      engine_->set_deadline(this, now_ns() + kAcceptBackoffNs);
+      return;
+    }
+    if (busy >= backlog) continue;  // closed at once: the peer sees a refusal
+    ++busy;
+    std::unique_ptr<Conn> conn = make_conn(std::move(fd));
+    Conn* c = conn.get();
+    {
+      std::lock_guard lock(mu_);
+      conns_.push_back(std::move(conn));
+    }
+    start(c);
+  }
+}
+
+void Acceptor::on_deadline() {
+  if (!std::exchange(backing_off_, false) || !fd_.valid()) return;
+  if (!engine_->add(fd_.get(), this, EPOLLIN)) {
+    backing_off_ = true;
+    engine_->set_deadline(this, now_ns() + kAcceptBackoffNs);
+    return;
+  }
+  on_ready(EPOLLIN);
+}
+
+void Acceptor::reap(Conn* c) {
+  std::lock_guard lock(mu_);
+  auto it = std::find_if(conns_.begin(), conns_.end(), [c](const auto& p) { return p.get() == c; });
+  if (it == conns_.end() || !may_free_locked(c)) return;
+  engine_->retire(std::move(*it));
+  conns_.erase(it);
+}
+
+// Through the engine: a readiness report of the round in progress may still name one.
+void Acceptor::sweep_locked() {
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    if ((*it)->closed() && may_free_locked(it->get())) {
+      engine_->retire(std::move(*it));
+      it = conns_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+PassiveAcceptor::PassiveAcceptor(Engine* engine, PassiveOwner* owner, const core::HmacSha256* auth)
+    : Acceptor(engine), owner_(owner), auth_(auth) {}
+
+PassiveAcceptor::~PassiveAcceptor() {
+  std::lock_guard elock(engine_->mu());
+  // Its peers see the connection close: a refusal.
+  close_locked();
+}
+
+int PassiveAcceptor::listen(const sockaddr_in& at, sockaddr_in* bound) {
+  return listen_at(at, bound);
+}
+
+std::unique_ptr<Conn> PassiveAcceptor::make_conn(core::UniqueFd fd) {
+  return std::make_unique<Conn>(engine_, nullptr, ConnParams{.max_msg_size = core::kCmDataSize},
+                                std::move(fd));
+}
+
+void PassiveAcceptor::start(Conn* c) {
+  c->start_accepted(this, this);
+}
+
+// One whose request was reported stays until the application takes or refuses it.
+bool PassiveAcceptor::may_free_locked(Conn* c) {
+  return !c->requested();
+}
+
+bool PassiveAcceptor::request(Conn* conn, const sockaddr_in& peer, const void* data, size_t len) {
+  // Marked first: once the owner reports it, the application may take it at once.
+  conn->requested_.store(true, std::memory_order_release);
+  if (owner_->request(conn, peer, data, len)) return true;
+  conn->requested_.store(false, std::memory_order_release);
+  return false;
+}
+
+std::unique_ptr<Connection> PassiveAcceptor::take(Connection* pending) {
+  std::lock_guard lock(mu_);
+  auto it = std::find_if(conns_.begin(), conns_.end(),
+                         [pending](const auto& p) { return p.get() == pending; });
+  if (it == conns_.end()) return nullptr;
+  std::unique_ptr<Conn> c = std::move(*it);
+  conns_.erase(it);
+  return c;
+}
+
+RdmListener::RdmListener(Engine* engine, Owner* owner, const ConnParams& params)
+    : Acceptor(engine), owner_(owner), params_(params) {}
+
+RdmListener::~RdmListener() {
+  std::lock_guard elock(engine_->mu());
+  close_locked();
+}
+
+int RdmListener::open(const sockaddr_in& addr) {
+  return listen_at(addr, &addr_);
+}
+
+int RdmListener::getname(void* addr, size_t* len) {
+  return copy_addr(addr_, addr, len);
+}
+
+void RdmListener::sweep() {
+  std::lock_guard lock(mu_);
+  sweep_locked();
+}
+
+std::unique_ptr<Conn> RdmListener::make_conn(core::UniqueFd fd) {
+  return std::make_unique<Conn>(engine_, owner_, params_, std::move(fd));
+}
+
+void RdmListener::start(Conn* c) {
+  c->start_accepted(this, nullptr);
+}
+
+const core::HmacSha256* RdmListener::auth_key() const {
+  return params_.auth;
+}
+
+// A buffered message that came through one still owes its sender a delivery acknowledgement.
+bool RdmListener::may_free_locked(Conn* c) {
+  return owner_->can_free(c);
+}
+
+}  // namespace fabq::xport

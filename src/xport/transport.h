@@ -1,0 +1,307 @@
+// fabq transport seam: the one header the provider (src/prov) includes from src/xport, and the
+// only thing of the provider a transport knows. Downcalls (Transport, Connection, Listener,
+// PassiveListener) are implemented here, in src/xport; upcalls (Owner, PassiveOwner) are
+// implemented by the provider's endpoints and passive endpoints. Everything else a transport
+// needs comes in a TransportConfig. A transport library links against src/core only
+// (tests/check_layering.sh checks its undefined symbols), so it can be tested, and a second one
+// written, without the provider: tests/xport drive this one through a fake owner.
+//
+// Progress model (fi_domain(3) FI_PROGRESS_MANUAL, the default): bytes move when the
+// application calls into fabq. Every read of a CQ, EQ or counter calls Transport::progress(),
+// which does non-blocking I/O for every connection of the fabric. A thread about to block
+// (fi_cq_sread, fi_eq_sread, fi_cntr_wait, fi_wait, or epoll on a queue's fd after fi_trywait)
+// announces itself with begin_wait(); while anybody waits, a progress thread sleeps on all of
+// the fabric's sockets and rings and moves bytes as they arrive, so the waiter is woken by the
+// completion or event they produce. When nobody waits, that thread sleeps on its own eventfd
+// and costs nothing. FI_PROGRESS_AUTO keeps it running for the life of the domain (begin_wait()
+// without end_wait()).
+//
+// Threads and locks: every downcall may come from any thread, holding none of the owner's locks.
+// Upcalls come from the thread that moves the bytes (an application thread in progress(), or the
+// progress thread), holding the transport's locks for that connection; an owner takes its own
+// lock inside an upcall and never calls down from one, except where a call says it may. The
+// whole lock order is written once, in docs/locking.md.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+
+#include "core/fault_spec.h"
+#include "core/hmac.h"
+
+namespace fabq::xport {
+
+inline constexpr size_t kMaxIov = 4;       // tx_attr/rx_attr iov_limit
+inline constexpr size_t kInjectSize = 64;  // tx_attr inject_size
+
+class Connection;
+
+// --- Configuration: the provider's parameters a transport obeys, passed in once per fabric.
+
+enum class LogLevel : uint8_t { kWarn, kInfo };
+
+struct TransportConfig {
+  size_t connect_timeout_ms = 10000;  // a connection attempt (or accepted request) gives up
+  size_t keepalive_ms = 30000;        // a silent peer is gone after this (0: no keep-alive)
+  bool shm = true;                    // same-host connections move their frames in shared memory
+  size_t cm_backlog = 1024;           // per listener: connections in their handshake at once
+  // Called after every progress round, holding none of the transport's locks: the provider
+  // raises there the asynchronous events its owners deferred. Null: nothing.
+  void (*after_round)() = nullptr;
+  // Where the transport's warnings go. Null: nowhere.
+  void (*log)(LogLevel level, const char* message) = nullptr;
+};
+
+// What a connection is made for: the endpoint's side of it, fixed when it is made or adopted.
+struct ConnParams {
+  bool rdm = false;         // an RDM endpoint's connection: no CM events, data flows one way
+  size_t max_msg_size = 0;  // the largest payload it accepts
+  sockaddr_in src{};        // MSG: connect from this address when its port is not 0
+  sockaddr_in announce{};   // RDM: the name sent as connect data (the listener's address)
+  // The secret both ends prove in the handshake (core/hmac.h); null: peers are not
+  // authenticated. Must outlive the connection.
+  const core::HmacSha256* auth = nullptr;
+};
+
+// --- Sends
+
+// When a send completes (fi_cq(3) COMPLETION EVENT SEMANTICS).
+enum class TxLevel : uint8_t {
+  kInject,    // the data has left the application's buffer (fabq's default)
+  kTransmit,  // the peer's transport has acknowledged it
+  kDelivery,  // the peer has placed it in a receive buffer
+};
+
+// One send, from post to completion. Slots live in the owner's transmit ring; the transport
+// holds a pointer from submit() until it reports the send written, lost or aborted.
+struct TxOp {
+  // Written by the owner before submit():
+  void* context = nullptr;
+  uint64_t cq_flags = 0;  // FI_SEND | FI_MSG or FI_TAGGED, for the completion
+  bool tagged = false;
+  bool has_data = false;
+  bool report = true;  // a CQ entry on success (selective completion may say no)
+  TxLevel level = TxLevel::kInject;
+  uint64_t tag = 0;
+  uint64_t data = 0;
+  uint32_t seq = 0;
+  size_t len = 0;
+  size_t iov_count = 0;
+  iovec iov[kMaxIov] = {};
+  Connection* conn = nullptr;  // the connection it is submitted to (an RDM endpoint has many)
+  unsigned char inject[kInjectSize] = {};  // fi_inject / FI_INJECT: the data, copied
+  // Owned by the transport while submitted:
+  bool accepted = false;  // the connection took it (set under its lock in submit())
+  unsigned char header[32] = {};
+  size_t written = 0;  // header and payload bytes handed to the kernel
+};
+
+// --- Receives
+
+// Which acknowledgement a sender asked for.
+enum class AckWanted : uint8_t { kNone, kReceived, kDelivered };
+
+// A message arriving on a connection, as its header describes it.
+struct Incoming {
+  bool tagged = false;
+  bool has_data = false;
+  AckWanted ack = AckWanted::kNone;
+  uint32_t seq = 0;
+  uint64_t tag = 0;
+  uint64_t data = 0;
+  size_t len = 0;
+  // RDM: the name (listening address) the sending endpoint announced when it connected, for
+  // FI_SOURCE; family AF_UNSPEC on MSG connections.
+  sockaddr_in from{};
+  // RDM: the connection it arrived on, for its delivery acknowledgement.
+  Connection* via = nullptr;
+};
+
+// Where the owner wants an arriving message's payload: up to `capacity` bytes into `iov`; the
+// rest is read and discarded (truncation). The connection keeps it from place() to placed() or
+// unplace(), one message at a time per connection. `record` is the owner's note of what it
+// chose: the transport keeps it with the placement and never reads it.
+struct Placement {
+  iovec iov[kMaxIov + 1] = {};
+  size_t iov_count = 0;
+  size_t capacity = 0;
+  static constexpr size_t kRecordSize = 192;
+  alignas(std::max_align_t) unsigned char record[kRecordSize] = {};
+
+  // The record as the owner's type T: an implicit-lifetime type (trivially copyable, no larger
+  // than the room), which the zeroed bytes hold as a value-initialised T until written.
+  template <class T>
+  T& as() {
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= kRecordSize &&
+                  alignof(T) <= alignof(std::max_align_t));
+    return *std::launder(reinterpret_cast<T*>(record));
+  }
+};
+
+// --- Upcalls
+
+// What owns connections: an endpoint. The transport calls it, holding the connection's lock, as
+// the connection's messages, acknowledgements and events arrive.
+class Owner {
+ public:
+  // Where `in`'s payload goes. False: no room now (the connection stalls until resume()).
+  virtual bool place(const Incoming& in, Placement* p) = 0;
+  // `in`'s payload has arrived whole. True: send the delivery acknowledgement now.
+  virtual bool placed(const Incoming& in, Placement* p) = 0;
+  // The connection ended (or was destroyed) inside the message `p` was placing: its receive
+  // goes back as if the message had never come.
+  virtual void unplace(Placement* p) = 0;
+  // After place() refused: true when only a full completion queue stood in the way, which no
+  // post will change, so the connection retries at every progress round.
+  virtual bool take_retry() = 0;
+
+  // A send is written whole to the kernel.
+  virtual void tx_written(TxOp* op) = 0;
+  // A send the connection will not carry (an injected net=drop fault): it completes as if the
+  // peer never answered, with `err` at the levels that wait for the peer.
+  virtual void tx_lost(TxOp* op, int err) = 0;
+  // The peer acknowledged send `seq` of `c`. False for a number that names no send awaiting
+  // that acknowledgement (a protocol violation: the connection fails).
+  virtual bool tx_acked(const Connection* c, uint32_t seq, bool delivered) = 0;
+  // `c` is gone or never came up: every send it accepted and did not complete ends with `err`.
+  virtual void abort_sends(Connection* c, int err) = 0;
+
+  // MSG connection management, for the endpoint's EQ: FI_CONNECTED (with the peer's accept
+  // data) or FI_SHUTDOWN when err is 0; else an error entry with err (FI_ECONNREFUSED with the
+  // peer's reject data, FI_ETIMEDOUT, FI_ECONNABORTED, ...). Never for RDM connections.
+  struct CmEvent {
+    uint32_t event = 0;
+    int err = 0;
+    const void* data = nullptr;
+    size_t len = 0;
+  };
+  virtual void cm_event(const CmEvent& e) = 0;
+  // MSG: the connection is over, so nothing more can arrive (the owner ends its receives).
+  virtual void connection_ended() = 0;
+  // An asynchronous event the connection caused (fi_fabq.h: COMM_EST, SQ_DRAINED, EP_FATAL,
+  // EP_REQ_ERR), raised once the caller's locks are released.
+  virtual void async_event(uint32_t type) = 0;
+  // A net= fault armed on the endpoint, consumed by the connection that applies it.
+  virtual core::NetFault take_net_fault() = 0;
+  // RDM listener: whether a closed connection it accepted may be freed (nothing the owner
+  // keeps refers to it). Never called for connections the owner holds itself.
+  virtual bool can_free(const Connection* c) = 0;
+
+ protected:
+  ~Owner() = default;
+};
+
+// What owns a passive listener: a passive endpoint.
+class PassiveOwner {
+ public:
+  // A connection `pending` got its (authenticated) request from `peer` with connect data: the
+  // owner reports it (FI_CONNREQ) and later adopts or rejects it through its PassiveListener.
+  // False: it cannot be queued, and the connection is refused at once.
+  virtual bool request(Connection* pending, const sockaddr_in& peer, const void* data,
+                       size_t len) = 0;
+
+ protected:
+  ~PassiveOwner() = default;
+};
+
+// --- Downcalls
+
+// A connection as an owner sees it. Owned by whoever holds the unique_ptr; destroying it closes
+// the socket (and gives back a receive it was filling through unplace()).
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // fi_connect: starts connecting; the outcome arrives through cm_event() (MSG) or
+  // abort_sends() (RDM). 0, -FI_EISCONN, -FI_EADDRINUSE, -FI_EINVAL, -FI_EIO.
+  virtual int connect(const sockaddr_in& peer, const void* data, size_t len) = 0;
+  // A pending connection taken from a PassiveListener: `owner` takes it over. False if it ended
+  // meanwhile (then nothing more comes of it).
+  virtual bool adopt(Owner* owner, const ConnParams& params) = 0;
+  // fi_accept on an adopted connection. 0, -FI_EOPBADSTATE, or -FI_ECONNABORTED when the peer
+  // left meanwhile.
+  virtual int accept(const void* data, size_t len) = 0;
+  // fi_reject of a pending connection taken from a PassiveListener: kConnReject with `data`,
+  // then closed. 0 or -FI_EOPBADSTATE.
+  virtual int reject(const void* data, size_t len) = 0;
+  // fi_shutdown: sends what is queued, then closes the sending side.
+  virtual int shutdown() = 0;
+  // A send from the owner's transmit ring. 0, or -FI_ENOTCONN / -FI_EOPBADSTATE when the
+  // connection cannot carry it (the op stays the owner's).
+  virtual int submit(TxOp* op) = 0;
+  // The owner placed a message it had buffered: send the delivery acknowledgement.
+  virtual void ack_delivered(uint32_t seq) = 0;
+  // The same from inside an upcall of another connection: queued and sent at this connection's
+  // next progress round.
+  virtual void ack_delivered_later(uint32_t seq) = 0;
+  // Receives were posted or buffered messages consumed: a stalled connection may go on.
+  virtual void resume() = 0;
+  virtual int getname(void* addr, size_t* len) = 0;
+  virtual int getpeer(void* addr, size_t* len) = 0;
+  virtual bool connected() const = 0;
+  // False once the connection has closed, failed or been refused: it carries nothing more.
+  virtual bool open() const = 0;
+};
+
+// An RDM endpoint's listening socket. Every connection it accepts is another endpoint's
+// connection to its owner: accepted at once (no CM events), it carries the peer's messages in and
+// lives until the listener is destroyed or the peer goes away.
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  virtual int getname(void* addr, size_t* len) = 0;
+  // Frees the accepted connections that closed and that the owner no longer refers to.
+  virtual void sweep() = 0;
+};
+
+// A passive endpoint's listening socket: each accepted connection waits for its request, which
+// goes to the PassiveOwner, then for take() (to be adopted or rejected). Destroying it refuses
+// every connection not taken.
+class PassiveListener {
+ public:
+  virtual ~PassiveListener() = default;
+  // Binds and listens at `at` (port 0: the kernel picks); *bound is the address it got.
+  // 0, -FI_EADDRINUSE, -FI_EINVAL or -FI_EIO.
+  virtual int listen(const sockaddr_in& at, sockaddr_in* bound) = 0;
+  // The pending connection `pending` (as request() named it), taken out of the listener for
+  // Connection::adopt() or Connection::reject(). Null if it is not one of its own any more.
+  virtual std::unique_ptr<Connection> take(Connection* pending) = 0;
+};
+
+// One per fabric: the progress engine of every connection and listener on it, and the factory
+// of both. Destroy it only after everything it made.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Non-blocking I/O on every connection of the fabric. Returns at once if another thread is
+  // already doing it.
+  virtual void progress() = 0;
+  // A thread is about to block on a queue of this fabric / has stopped blocking.
+  virtual void begin_wait() = 0;
+  virtual void end_wait() = 0;
+  // A fresh connection of `owner`, for connect().
+  virtual std::unique_ptr<Connection> make_connection(Owner* owner, const ConnParams& params) = 0;
+  // An RDM endpoint's listener at `at` (port 0: one the kernel picks). Null with *err set
+  // (-FI_EADDRINUSE, -FI_EINVAL, -FI_EIO) on failure.
+  virtual std::unique_ptr<Listener> open_listener(Owner* owner, const ConnParams& params,
+                                                  const sockaddr_in& at, int* err) = 0;
+  // A passive endpoint's listener; it listens from listen() on. `auth` as for ConnParams.
+  virtual std::unique_ptr<PassiveListener> open_passive(PassiveOwner* owner,
+                                                        const core::HmacSha256* auth) = 0;
+};
+
+// --- The TCP transport (src/xport/tcp_*.cc), the one this library provides.
+
+// A transport over TCP (and shared memory between endpoints of one host).
+std::unique_ptr<Transport> make_tcp_transport(const TransportConfig& config);
+// The provider is being unloaded: stops and joins every progress thread of every TCP transport,
+// open or not (their code is about to be unmapped), and frees what the transport keeps for the
+// whole process. Nothing of it may be used afterwards.
+void unload_tcp();
+
+}  // namespace fabq::xport
