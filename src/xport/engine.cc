@@ -48,6 +48,14 @@ Engine::~Engine() {
     std::erase(engines().all, this);
   }
   stop_thread();
+  // What the last round retired goes now, while the members its destructors use still exist.
+  std::vector<std::unique_ptr<Pollable>> dead;
+  {
+    std::lock_guard lock(sched_mu_);
+    dead.swap(graveyard_);
+  }
+  std::lock_guard lock(mu_);
+  dead.clear();
 }
 
 void Engine::start_thread() {

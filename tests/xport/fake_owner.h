@@ -1,0 +1,440 @@
+// Test support for tests/xport: a fake endpoint (xport::Owner) and a fake passive endpoint
+// (xport::PassiveOwner) that stand in for the provider on the other side of the transport seam
+// (xport/transport.h). They record every upcall, in order, under their own mutex (upcalls come
+// from whichever thread moves the bytes: the test's, in Transport::progress(), or the progress
+// thread), place arriving messages into buffers of their own through Placement's iovecs, and
+// can be told to refuse a placement (no receive posted), to delay the delivery acknowledgement,
+// to truncate, to refuse a request. They never call down from an upcall.
+//
+// Whatever the transport does against the seam's contract that a single assertion in a test
+// would not see (placed() for a message never placed, a record clobbered, bytes written past a
+// placement's capacity, an acknowledgement of no send, tx_written() of an op not written
+// whole), they note in problems(), which the tests check at the end.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "xport/transport.h"
+
+namespace fabq::xport::testing {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// How long any wait of a test may last before it fails.
+inline constexpr milliseconds kTimeout{5000};
+
+// Calls `round` (a progress round, or nothing when the progress thread moves the bytes) until
+// `done()` holds; false after `timeout`. Never hangs.
+template <class Round, class Pred>
+bool eventually(Round&& round, Pred&& done, milliseconds timeout = kTimeout) {
+  const auto end = Clock::now() + timeout;
+  for (;;) {
+    round();
+    if (done()) return true;
+    if (Clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+// A connection-management event as the owner saw it (its data copied).
+struct CmRecord {
+  uint32_t event = 0;
+  int err = 0;
+  std::string data;
+};
+
+// A message that arrived whole: its header as placed() saw it, and the bytes that landed in the
+// placement (at most its capacity).
+struct Received {
+  Incoming in;
+  std::string bytes;
+};
+
+struct AckRecord {
+  const Connection* conn = nullptr;
+  uint32_t seq = 0;
+  bool delivered = false;
+};
+
+struct AbortRecord {
+  Connection* conn = nullptr;
+  int err = 0;
+};
+
+class FakeOwner final : public Owner {
+ public:
+  // What the owner keeps in a Placement's record: the transport must hand it back untouched.
+  struct Record {
+    uint64_t magic;
+    uint64_t id;
+  };
+  static constexpr uint64_t kRecordMagic = 0x6661627172656331;  // "fabqrec1"
+  // Bytes past a placement's capacity that the transport must never write.
+  static constexpr size_t kGuard = 64;
+  static constexpr unsigned char kGuardByte = 0xA5;
+
+  FakeOwner() = default;
+  FakeOwner(const FakeOwner&) = delete;
+  FakeOwner& operator=(const FakeOwner&) = delete;
+  ~FakeOwner() = default;
+
+  // --- What the owner answers.
+
+  // place(): false while not accepting (no receive posted).
+  void set_accepting(bool on) {
+    std::lock_guard lock(mu_);
+    accepting_ = on;
+  }
+  // take_retry() after a refused place().
+  void set_take_retry(bool on) {
+    std::lock_guard lock(mu_);
+    take_retry_ = on;
+  }
+  // Placements hold at most this many bytes (a receive buffer smaller than the message).
+  void set_capacity(size_t max) {
+    std::lock_guard lock(mu_);
+    capacity_ = max;
+  }
+  // placed(): whether the delivery acknowledgement goes now.
+  void set_deliver_now(bool on) {
+    std::lock_guard lock(mu_);
+    deliver_now_ = on;
+  }
+  void set_can_free(bool on) {
+    std::lock_guard lock(mu_);
+    can_free_ = on;
+  }
+
+  // Submits `op` to `c`, first noting the acknowledgement it waits for (if any): tx_acked()
+  // takes exactly the acknowledgements of sends submitted and not yet acknowledged.
+  int submit(Connection* c, TxOp* op) {
+    op->conn = c;
+    const bool acked = op->level != TxLevel::kInject;
+    if (acked) {
+      std::lock_guard lock(mu_);
+      awaiting_[{c, op->seq}] = op->level;
+    }
+    const int rc = c->submit(op);
+    if (rc != 0 && acked) {
+      std::lock_guard lock(mu_);
+      awaiting_.erase({c, op->seq});
+    }
+    return rc;
+  }
+
+  // --- What happened (copies, taken under the lock).
+
+  std::vector<CmRecord> cm_events() const {
+    std::lock_guard lock(mu_);
+    return cm_;
+  }
+  size_t cm_count() const {
+    std::lock_guard lock(mu_);
+    return cm_.size();
+  }
+  bool has_cm(uint32_t event, int err = 0) const {
+    std::lock_guard lock(mu_);
+    return std::any_of(cm_.begin(), cm_.end(),
+                       [&](const CmRecord& r) { return r.event == event && r.err == err; });
+  }
+  std::vector<uint32_t> async_events() const {
+    std::lock_guard lock(mu_);
+    return async_;
+  }
+  bool has_async(uint32_t type) const {
+    std::lock_guard lock(mu_);
+    return std::find(async_.begin(), async_.end(), type) != async_.end();
+  }
+  std::vector<Received> received() const {
+    std::lock_guard lock(mu_);
+    return received_;
+  }
+  size_t received_count() const {
+    std::lock_guard lock(mu_);
+    return received_.size();
+  }
+  std::vector<const TxOp*> written() const {
+    std::lock_guard lock(mu_);
+    return written_;
+  }
+  size_t written_count() const {
+    std::lock_guard lock(mu_);
+    return written_.size();
+  }
+  std::vector<AckRecord> acks() const {
+    std::lock_guard lock(mu_);
+    return acks_;
+  }
+  size_t ack_count() const {
+    std::lock_guard lock(mu_);
+    return acks_.size();
+  }
+  std::vector<AbortRecord> aborts() const {
+    std::lock_guard lock(mu_);
+    return aborts_;
+  }
+  size_t abort_count() const {
+    std::lock_guard lock(mu_);
+    return aborts_.size();
+  }
+  int ended() const {
+    std::lock_guard lock(mu_);
+    return ended_;
+  }
+  size_t refused_places() const {
+    std::lock_guard lock(mu_);
+    return refused_;
+  }
+  size_t unplaced() const {
+    std::lock_guard lock(mu_);
+    return unplaced_;
+  }
+  size_t retries_asked() const {
+    std::lock_guard lock(mu_);
+    return retries_asked_;
+  }
+  std::vector<const Connection*> can_free_calls() const {
+    std::lock_guard lock(mu_);
+    return can_free_calls_;
+  }
+  // Every upcall, in order, in a word or two ("cm FI_CONNECTED", "placed 3", "ended", ...).
+  std::vector<std::string> journal() const {
+    std::lock_guard lock(mu_);
+    return journal_;
+  }
+  // Breaches of the seam's contract noticed inside upcalls; empty when all is well.
+  std::vector<std::string> problems() const {
+    std::lock_guard lock(mu_);
+    return problems_;
+  }
+
+  // --- Owner.
+
+  bool place(const Incoming& in, Placement* p) override {
+    std::lock_guard lock(mu_);
+    if (!accepting_) {
+      ++refused_;
+      journal_.push_back("refused " + std::to_string(in.seq));
+      return false;
+    }
+    const uint64_t id = next_id_++;
+    auto slot = std::make_unique<Slot>();
+    slot->in = in;
+    slot->capacity = std::min(in.len, capacity_);
+    slot->buf.assign(slot->capacity + kGuard, kGuardByte);
+    // Several iovecs of uneven sizes (1, 3, half of the rest, the rest): a byte put in the
+    // wrong one shows.
+    size_t off = 0;
+    p->iov_count = 0;
+    for (size_t want : {size_t{1}, size_t{3}, slot->capacity / 2, SIZE_MAX}) {
+      const size_t n = std::min(want, slot->capacity - off);
+      if (n == 0) continue;
+      p->iov[p->iov_count++] = {slot->buf.data() + off, n};
+      off += n;
+      if (off == slot->capacity) break;
+    }
+    p->capacity = slot->capacity;
+    p->as<Record>() = {kRecordMagic, id};
+    slot->iov_count = p->iov_count;
+    in_flight_[id] = std::move(slot);
+    journal_.push_back("place " + std::to_string(in.seq));
+    return true;
+  }
+
+  bool placed(const Incoming& in, Placement* p) override {
+    std::lock_guard lock(mu_);
+    const Record r = p->as<Record>();
+    auto it = in_flight_.find(r.id);
+    if (r.magic != kRecordMagic || it == in_flight_.end()) {
+      problems_.push_back("placed() with a record place() did not write");
+      return false;
+    }
+    std::unique_ptr<Slot> slot = std::move(it->second);
+    in_flight_.erase(it);
+    if (in.seq != slot->in.seq || in.len != slot->in.len || in.tag != slot->in.tag) {
+      problems_.push_back("placed() names another message than place() did");
+    }
+    if (p->capacity != slot->capacity || p->iov_count != slot->iov_count) {
+      problems_.push_back("the placement changed between place() and placed()");
+    }
+    for (size_t i = 0; i < kGuard; ++i) {
+      if (slot->buf[slot->capacity + i] != kGuardByte) {
+        problems_.push_back("bytes written past the placement's capacity, message seq " +
+                            std::to_string(in.seq));
+        break;
+      }
+    }
+    received_.push_back(
+        {in, std::string(reinterpret_cast<const char*>(slot->buf.data()), slot->capacity)});
+    journal_.push_back("placed " + std::to_string(in.seq));
+    return deliver_now_;
+  }
+
+  void unplace(Placement* p) override {
+    std::lock_guard lock(mu_);
+    const Record r = p->as<Record>();
+    if (r.magic != kRecordMagic || in_flight_.erase(r.id) != 1) {
+      problems_.push_back("unplace() of a placement place() did not make");
+    }
+    ++unplaced_;
+    journal_.push_back("unplace");
+  }
+
+  bool take_retry() override {
+    std::lock_guard lock(mu_);
+    ++retries_asked_;
+    return take_retry_;
+  }
+
+  void tx_written(TxOp* op) override {
+    std::lock_guard lock(mu_);
+    if (!op->accepted || op->written != sizeof(op->header) + op->len) {
+      problems_.push_back("tx_written() of an op not written whole, seq " +
+                          std::to_string(op->seq));
+    }
+    written_.push_back(op);
+    journal_.push_back("written " + std::to_string(op->seq));
+  }
+
+  void tx_lost(TxOp* op, int err) override {
+    std::lock_guard lock(mu_);
+    journal_.push_back("lost " + std::to_string(op->seq) + " " + std::to_string(err));
+  }
+
+  bool tx_acked(const Connection* c, uint32_t seq, bool delivered) override {
+    std::lock_guard lock(mu_);
+    journal_.push_back(std::string(delivered ? "acked-delivered " : "acked-received ") +
+                       std::to_string(seq));
+    auto it = awaiting_.find({c, seq});
+    const TxLevel want = delivered ? TxLevel::kDelivery : TxLevel::kTransmit;
+    if (it == awaiting_.end() || it->second != want) return false;  // names no send awaiting it
+    awaiting_.erase(it);
+    acks_.push_back({c, seq, delivered});
+    return true;
+  }
+
+  void abort_sends(Connection* c, int err) override {
+    std::lock_guard lock(mu_);
+    aborts_.push_back({c, err});
+    std::erase_if(awaiting_, [c](const auto& kv) { return kv.first.first == c; });
+    journal_.push_back("abort " + std::to_string(err));
+  }
+
+  void cm_event(const CmEvent& e) override {
+    std::lock_guard lock(mu_);
+    if (e.len > 0 && e.data == nullptr) problems_.push_back("cm_event with len and no data");
+    cm_.push_back(
+        {e.event, e.err, e.len > 0 ? std::string(static_cast<const char*>(e.data), e.len) : ""});
+    journal_.push_back("cm " + std::to_string(e.event) + " " + std::to_string(e.err));
+  }
+
+  void connection_ended() override {
+    std::lock_guard lock(mu_);
+    ++ended_;
+    journal_.push_back("ended");
+  }
+
+  void async_event(uint32_t type) override {
+    std::lock_guard lock(mu_);
+    async_.push_back(type);
+    journal_.push_back("async " + std::to_string(type));
+  }
+
+  core::NetFault take_net_fault() override { return core::NetFault::kNone; }
+
+  bool can_free(const Connection* c) override {
+    std::lock_guard lock(mu_);
+    can_free_calls_.push_back(c);
+    return can_free_;
+  }
+
+ private:
+  struct Slot {
+    Incoming in;
+    size_t capacity = 0;
+    size_t iov_count = 0;
+    std::vector<unsigned char> buf;  // capacity bytes, then the guard
+  };
+
+  mutable std::mutex mu_;
+  bool accepting_ = true;
+  bool take_retry_ = false;
+  size_t capacity_ = SIZE_MAX;
+  bool deliver_now_ = true;
+  bool can_free_ = true;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, std::unique_ptr<Slot>> in_flight_;
+  std::map<std::pair<const Connection*, uint32_t>, TxLevel> awaiting_;
+  std::vector<CmRecord> cm_;
+  std::vector<uint32_t> async_;
+  std::vector<Received> received_;
+  std::vector<const TxOp*> written_;
+  std::vector<AckRecord> acks_;
+  std::vector<AbortRecord> aborts_;
+  std::vector<const Connection*> can_free_calls_;
+  int ended_ = 0;
+  size_t refused_ = 0;
+  size_t unplaced_ = 0;
+  size_t retries_asked_ = 0;
+  std::vector<std::string> journal_;
+  std::vector<std::string> problems_;
+};
+
+// A connection request as the passive owner saw it.
+struct Request {
+  Connection* pending = nullptr;
+  sockaddr_in peer{};
+  std::string data;
+};
+
+class FakePassiveOwner final : public PassiveOwner {
+ public:
+  FakePassiveOwner() = default;
+  FakePassiveOwner(const FakePassiveOwner&) = delete;
+  FakePassiveOwner& operator=(const FakePassiveOwner&) = delete;
+  ~FakePassiveOwner() = default;
+
+  // request(): false while not accepting (the request cannot be queued).
+  void set_accepting(bool on) {
+    std::lock_guard lock(mu_);
+    accepting_ = on;
+  }
+  std::vector<Request> requests() const {
+    std::lock_guard lock(mu_);
+    return requests_;
+  }
+  size_t request_count() const {
+    std::lock_guard lock(mu_);
+    return requests_.size();
+  }
+
+  bool request(Connection* pending, const sockaddr_in& peer, const void* data,
+               size_t len) override {
+    std::lock_guard lock(mu_);
+    requests_.push_back(
+        {pending, peer, len > 0 ? std::string(static_cast<const char*>(data), len) : ""});
+    return accepting_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  bool accepting_ = true;
+  std::vector<Request> requests_;
+};
+
+}  // namespace fabq::xport::testing
