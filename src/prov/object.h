@@ -1,11 +1,11 @@
 // fabq provider: what every fabq object shares.
 //
-// Each libfabric-visible object (fabric, domain, EQ, CQ, counter, wait set, poll set) is a C++
-// object that owns its libfabric descriptor in a FidBox: the `fid_*` struct first, then a
-// pointer back to the owner. A `fid*` that libfabric hands to one of fabq's functions is turned
-// back into its owner by `Object::from()`, which also checks that the descriptor is really one of
-// fabq's (its fi_ops table is fabq's own for that class), so a foreign or mistyped fid is
-// rejected with -FI_EINVAL instead of being dereferenced.
+// Each libfabric-visible object (fabric, domain, EQ, CQ, counter, wait set, poll set, AV,
+// endpoint, passive endpoint, SRX) is a C++ object that owns its libfabric descriptor in a FidBox:
+// the `fid_*` struct first, then a pointer back to the owner. A `fid*` that libfabric hands to one
+// of fabq's functions is turned back into its owner by `Object::from()`, which also checks that the
+// descriptor is really one of fabq's (its fi_ops table is fabq's own for that class), so a foreign
+// or mistyped fid is rejected with -FI_EINVAL instead of being dereferenced.
 //
 // Lifetimes follow fi_fabric(3) and the object model: every object knows its class, its
 // parent and its context; `refs` counts what depends on it (children and bindings);
