@@ -11,9 +11,8 @@
 //     domain opened on that interface. The registry starts the link monitor (netlink) and the
 //     fault timer thread with the first domain and stops them with the last.
 //
-// Lock order (outer first): registry mutex (recursive), Domain::mu_ (recursive), an
-// endpoint's or SRX's own mutex, the channel's mutex. raise() takes what it needs; it may be
-// called holding the registry's and the domain's mutex, never an endpoint's or SRX's.
+// Locks (docs/locking.md): raise() takes what it needs; it may be called holding the registry's
+// and the domain's mutex, never an endpoint's or SRX's, nor any of the transport's.
 #pragma once
 
 #include <rdma/fabric.h>

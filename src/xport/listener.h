@@ -39,7 +39,7 @@ namespace fabq::xport {
 // engine, when the owner says it may be (may_free_locked()).
 //
 // Threads: on_ready() and on_deadline() run under the engine lock; reap() under the
-// connection's lock (lock order: engine, connection, acceptor, endpoint).
+// connection's lock (docs/locking.md).
 class Acceptor : public Pollable {
  public:
   void on_ready(uint32_t events) override;
