@@ -38,7 +38,7 @@ void AsyncChannel::sync_fd_locked() {
 }
 
 uint64_t AsyncChannel::push(AsyncEvent ev) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ev.time_ns = realtime_ns();
   ev.seq = next_seq_++;
   ev.tracker->queued++;
@@ -49,12 +49,13 @@ uint64_t AsyncChannel::push(AsyncEvent ev) {
 }
 
 Result<AsyncEvent> AsyncChannel::get(int timeout_ms) {
-  std::unique_lock lock(mu_);
-  auto ready = [this] { return !queue_.empty(); };
+  MutexLock lock(mu_);
   if (timeout_ms < 0) {
-    cv_.wait(lock, ready);
+    while (queue_.empty()) cv_.wait(mu_);
   } else if (timeout_ms > 0) {
-    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (queue_.empty() && cv_.wait_until(mu_, deadline)) {
+    }
   }
   if (queue_.empty()) return Code::kAgain;
   AsyncEvent ev = queue_.front();
@@ -67,7 +68,7 @@ Result<AsyncEvent> AsyncChannel::get(int timeout_ms) {
 }
 
 Status AsyncChannel::ack(uint64_t seq, fid_t fid) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = std::find_if(delivered_.begin(), delivered_.end(),
                          [seq](const AsyncEvent& e) { return e.seq == seq; });
   if (it == delivered_.end() || it->fid != fid) return Code::kInval;
@@ -82,7 +83,7 @@ void AsyncChannel::purge_locked(const AsyncTracker* t) {
 }
 
 size_t AsyncChannel::size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return queue_.size();
 }
 

@@ -22,19 +22,19 @@
 
 #include <rdma/fabric.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 #include "core/unique_fd.h"
 
 namespace fabq::core {
 
-// Embedded in every object an event can be about. Guarded by the channel's mutex.
+// Embedded in every object an event can be about. Guarded by the channel's mutex (which the
+// analysis cannot see from here: the tracker lives in another object).
 struct AsyncTracker {
   uint32_t queued = 0;
   uint32_t unacked = 0;
@@ -61,19 +61,19 @@ class AsyncChannel {
   int fd() const { return efd_.get(); }
 
   // Appends `ev` (its time and seq are filled in here) and wakes one reader. Returns the seq.
-  uint64_t push(AsyncEvent ev);
-  Result<AsyncEvent> get(int timeout_ms);
+  uint64_t push(AsyncEvent ev) FABQ_EXCLUDES(mu_);
+  Result<AsyncEvent> get(int timeout_ms) FABQ_EXCLUDES(mu_);
   // kInval when `seq` is not an event read from this channel and not yet acknowledged, or
   // `fid` is not the one it was about.
-  Status ack(uint64_t seq, fid_t fid);
+  Status ack(uint64_t seq, fid_t fid) FABQ_EXCLUDES(mu_);
 
   // Runs `close` (returning Status) under the channel's lock if `t` has no unacknowledged
   // events (else kBusy without running it); when `close` succeeds, the unread events of `t`
   // are removed. `close` may destroy the object that holds `t`; it must not call back into
   // the channel.
   template <class F>
-  Status retire(AsyncTracker* t, F&& close) {
-    std::lock_guard lock(mu_);
+  Status retire(AsyncTracker* t, F&& close) FABQ_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (t->unacked != 0) return Code::kBusy;
     const bool had_queued = t->queued != 0;
     Status s = close();
@@ -81,20 +81,20 @@ class AsyncChannel {
     return s;
   }
 
-  size_t size() const;
+  size_t size() const FABQ_EXCLUDES(mu_);
 
  private:
   explicit AsyncChannel(UniqueFd efd) : efd_(std::move(efd)) {}
   // Removes the events of `t` without dereferencing it: its object may be gone.
-  void purge_locked(const AsyncTracker* t);
-  void sync_fd_locked();
+  void purge_locked(const AsyncTracker* t) FABQ_REQUIRES(mu_);
+  void sync_fd_locked() FABQ_REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<AsyncEvent> queue_;
-  std::vector<AsyncEvent> delivered_;  // read, not yet acknowledged
-  uint64_t next_seq_ = 1;
-  bool fd_signalled_ = false;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<AsyncEvent> queue_ FABQ_GUARDED_BY(mu_);
+  std::vector<AsyncEvent> delivered_ FABQ_GUARDED_BY(mu_);  // read, not yet acknowledged
+  uint64_t next_seq_ FABQ_GUARDED_BY(mu_) = 1;
+  bool fd_signalled_ FABQ_GUARDED_BY(mu_) = false;
   UniqueFd efd_;
 };
 

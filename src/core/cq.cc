@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
-#include <mutex>
 
 namespace fabq::core {
 namespace {
@@ -207,7 +206,7 @@ Result<size_t> CompletionQueue::read_locked(void* buf, size_t count, fi_addr_t* 
 
 Result<size_t> CompletionQueue::read(void* buf, size_t count, fi_addr_t* src_addr) {
   if (count > 0 && buf == nullptr) return Code::kInval;
-  std::lock_guard lock(read_lock_);
+  SpinLockHolder lock(read_lock_);
   if (count == 0) {
     bool is_error = false;
     if (ring_.peek(ring_.head(), &is_error) != nullptr) {
@@ -220,7 +219,7 @@ Result<size_t> CompletionQueue::read(void* buf, size_t count, fi_addr_t* src_add
 
 Result<size_t> CompletionQueue::read_error(fi_cq_err_entry* entry, uint64_t flags) {
   if (entry == nullptr) return Code::kInval;
-  std::lock_guard lock(read_lock_);
+  SpinLockHolder lock(read_lock_);
   const uint64_t head = ring_.head();
   bool is_error = false;
   const Slot* slot = ring_.peek(head, &is_error);
@@ -267,7 +266,7 @@ Result<size_t> CompletionQueue::sread(void* buf, size_t count, fi_addr_t* src_ad
 
   for (;;) {
     {
-      std::lock_guard lock(read_lock_);
+      SpinLockHolder lock(read_lock_);
       const bool give_up = pending_signal || deadline.expired();
       Result<size_t> r = read_locked(buf, count, src_addr, give_up ? 0 : want);
       if (r.status().code() != Code::kAgain || give_up) return r;
@@ -284,11 +283,11 @@ Result<size_t> CompletionQueue::sread(void* buf, size_t count, fi_addr_t* src_ad
       uint64_t prev = signals_seen_.load(std::memory_order_relaxed);
       while (prev < now && !signals_seen_.compare_exchange_weak(prev, now)) {
       }
-      std::lock_guard lock(read_lock_);
+      SpinLockHolder lock(read_lock_);
       return read_locked(buf, count, src_addr, 0);
     }
     if (!s.ok()) {
-      std::lock_guard lock(read_lock_);
+      SpinLockHolder lock(read_lock_);
       return read_locked(buf, count, src_addr, 0);  // timeout or interrupt: what is there
     }
   }

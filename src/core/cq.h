@@ -151,7 +151,8 @@ class CompletionQueue final : public WaitSetMember {
 
   CompletionQueue(const CqConfig& config, std::unique_ptr<WaitObject> own_wait);
   uint64_t claim_reserved();
-  Result<size_t> read_locked(void* buf, size_t count, fi_addr_t* src_addr, size_t min_ready);
+  Result<size_t> read_locked(void* buf, size_t count, fi_addr_t* src_addr, size_t min_ready)
+      FABQ_REQUIRES(read_lock_);
   bool signalled_since(uint64_t seen) const {
     return signals_.load(std::memory_order_seq_cst) != seen;
   }
@@ -171,8 +172,8 @@ class CompletionQueue final : public WaitSetMember {
   std::unique_ptr<WaitObject> own_wait_;
   WaitSet* const wait_set_;
   WaitGate own_gate_;
-  WaitGate* const gate_;                  // own_gate_, or the wait set's
-  unsigned char err_buf_[kCqMaxErrData];  // provider-owned err_data; guarded by read_lock_
+  WaitGate* const gate_;  // own_gate_, or the wait set's
+  unsigned char err_buf_[kCqMaxErrData] FABQ_GUARDED_BY(read_lock_);  // provider-owned err_data
 };
 
 }  // namespace fabq::core

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 
 namespace fabq::core {
 namespace {
@@ -135,7 +134,7 @@ const EventQueue::Slot* EventQueue::head_slot(bool* is_error) {
 }
 
 size_t EventQueue::purge(const void* fid, const Release& release) {
-  std::lock_guard lock(read_lock_);
+  SpinLockHolder lock(read_lock_);
   size_t n = 0;
   for (uint64_t pos = ring_.head();; ++pos) {
     bool is_error = false;
@@ -153,7 +152,7 @@ size_t EventQueue::purge(const void* fid, const Release& release) {
 }
 
 Result<size_t> EventQueue::read(uint32_t* event, void* buf, size_t len, uint64_t flags) {
-  std::lock_guard lock(read_lock_);
+  SpinLockHolder lock(read_lock_);
   bool is_error = false;
   const Slot* slot = head_slot(&is_error);
   if (slot == nullptr) {
@@ -183,7 +182,7 @@ void EventQueue::fill_error(const Slot& slot, fi_eq_err_entry* entry) {
 
 Result<size_t> EventQueue::read_error(fi_eq_err_entry* entry, uint64_t flags) {
   if (entry == nullptr) return Code::kInval;
-  std::lock_guard lock(read_lock_);
+  SpinLockHolder lock(read_lock_);
   bool is_error = false;
   const Slot* slot = head_slot(&is_error);
   if (slot != nullptr) {

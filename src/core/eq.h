@@ -144,10 +144,10 @@ class EventQueue final : public WaitSetMember {
   EventQueue(const EqConfig& config, std::unique_ptr<WaitObject> own_wait);
   bool readable() const { return ring_.claimed() != 0 || overrun(); }
   // The published slot at the head, after dropping purged ones; null when none is published.
-  const Slot* head_slot(bool* is_error);
+  const Slot* head_slot(bool* is_error) FABQ_REQUIRES(read_lock_);
   [[gnu::always_inline]] inline Status claim_for_write(uint64_t* pos);
   void fill_event(uint64_t pos, uint32_t event, const void* buf, size_t len);
-  void fill_error(const Slot& slot, fi_eq_err_entry* entry);
+  void fill_error(const Slot& slot, fi_eq_err_entry* entry) FABQ_REQUIRES(read_lock_);
 
   BoundedRing<Slot> ring_;
   SpinLock read_lock_;
@@ -159,8 +159,8 @@ class EventQueue final : public WaitSetMember {
   std::unique_ptr<WaitObject> own_wait_;
   WaitSet* const wait_set_;
   WaitGate own_gate_;
-  WaitGate* const gate_;                  // own_gate_, or the wait set's
-  unsigned char err_buf_[kEqMaxErrData];  // provider-owned err_data; guarded by read_lock_
+  WaitGate* const gate_;  // own_gate_, or the wait set's
+  unsigned char err_buf_[kEqMaxErrData] FABQ_GUARDED_BY(read_lock_);  // provider-owned err_data
 };
 
 }  // namespace fabq::core

@@ -7,11 +7,16 @@
 //
 // Memory ordering: lock() acquires, unlock() releases; everything done under the lock is
 // ordered before everything the next holder does.
+//
+// It is a capability for clang's thread-safety analysis (thread_annotations.h): hold it with
+// SpinLockHolder, and members marked FABQ_GUARDED_BY(the lock) are checked.
 #pragma once
 
 #include <sched.h>
 
 #include <atomic>
+
+#include "core/thread_annotations.h"
 
 namespace fabq::core {
 
@@ -23,13 +28,13 @@ inline void cpu_relax() {
 #endif
 }
 
-class SpinLock {
+class FABQ_CAPABILITY("mutex") SpinLock {
  public:
   SpinLock() = default;
   SpinLock(const SpinLock&) = delete;
   SpinLock& operator=(const SpinLock&) = delete;
 
-  void lock() {
+  void lock() FABQ_ACQUIRE() {
     if (!locked_.exchange(true, std::memory_order_acquire)) return;
     for (unsigned spins = 0;; ++spins) {
       while (locked_.load(std::memory_order_relaxed)) {
@@ -42,14 +47,27 @@ class SpinLock {
       if (!locked_.exchange(true, std::memory_order_acquire)) return;
     }
   }
-  bool try_lock() {
+  bool try_lock() FABQ_TRY_ACQUIRE(true) {
     return !locked_.load(std::memory_order_relaxed) &&
            !locked_.exchange(true, std::memory_order_acquire);
   }
-  void unlock() { locked_.store(false, std::memory_order_release); }
+  void unlock() FABQ_RELEASE() { locked_.store(false, std::memory_order_release); }
 
  private:
   std::atomic<bool> locked_{false};
+};
+
+// Holds a SpinLock from its construction to the end of its scope, as std::lock_guard does, but
+// seen by the analysis.
+class FABQ_SCOPED_CAPABILITY SpinLockHolder {
+ public:
+  explicit SpinLockHolder(SpinLock& lock) FABQ_ACQUIRE(lock) : lock_(lock) { lock_.lock(); }
+  ~SpinLockHolder() FABQ_RELEASE() { lock_.unlock(); }
+  SpinLockHolder(const SpinLockHolder&) = delete;
+  SpinLockHolder& operator=(const SpinLockHolder&) = delete;
+
+ private:
+  SpinLock& lock_;
 };
 
 }  // namespace fabq::core

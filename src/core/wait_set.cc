@@ -15,17 +15,17 @@ WaitSet::WaitSet(std::unique_ptr<WaitObject> object, int64_t spin_ns)
     : object_(std::move(object)), gate_(object_.get()), spin_ns_(spin_ns) {}
 
 void WaitSet::add(WaitSetMember* m) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   members_.push_back({m, m->change_count()});
 }
 
 void WaitSet::remove(WaitSetMember* m) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::erase_if(members_, [m](const Entry& e) { return e.member == m; });
 }
 
 size_t WaitSet::size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return members_.size();
 }
 
@@ -49,12 +49,12 @@ Status WaitSet::wait(int timeout_ms) {
   const Deadline deadline = Deadline::from_timeout_ms(timeout_ms);
   for (;;) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (any_ready_locked(/*consume=*/true)) return OkStatus();
     }
     if (deadline.expired()) return Code::kAgain;
     const Status s = wait_until(gate_, 0, deadline, spin_ns_, [this] {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       return any_ready_locked(/*consume=*/false);
     });
     if (!s.ok()) return s.code() == Code::kIntr ? Status(Code::kAgain) : s;
@@ -63,14 +63,14 @@ Status WaitSet::wait(int timeout_ms) {
 
 Status WaitSet::try_wait() {
   gate_.arm_external();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // A counter change is reported once: the application that gets kAgain goes and looks, and
   // the next try_wait lets it block until the next change.
   return any_ready_locked(/*consume=*/true) ? Status(Code::kAgain) : OkStatus();
 }
 
 Status PollSet::add(WaitSetMember* m, void* context) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const Entry& e : members_) {
     if (e.member == m) return Code::kBusy;
   }
@@ -83,24 +83,24 @@ Status PollSet::add(WaitSetMember* m, void* context) {
 }
 
 Status PollSet::remove(WaitSetMember* m) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const auto n = std::erase_if(members_, [m](const Entry& e) { return e.member == m; });
   return n == 0 ? Status(Code::kInval) : OkStatus();
 }
 
 size_t PollSet::size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return members_.size();
 }
 
 bool PollSet::contains(WaitSetMember* m) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return std::any_of(members_.begin(), members_.end(),
                      [m](const Entry& e) { return e.member == m; });
 }
 
 size_t PollSet::poll(void** contexts, size_t count) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (Entry& e : members_) {
     if (n == count) break;

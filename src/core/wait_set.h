@@ -21,9 +21,9 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 #include "core/wait.h"
 
@@ -53,16 +53,16 @@ class WaitSet {
   WaitObject* object() const { return object_.get(); }
   WaitGate* gate() { return &gate_; }
 
-  void add(WaitSetMember* m);
-  void remove(WaitSetMember* m);
-  size_t size() const;
+  void add(WaitSetMember* m) FABQ_EXCLUDES(mu_);
+  void remove(WaitSetMember* m) FABQ_EXCLUDES(mu_);
+  size_t size() const FABQ_EXCLUDES(mu_);
 
   // ok as soon as any member is ready; kAgain at the timeout (negative = forever) or when a
   // POSIX signal interrupts.
-  Status wait(int timeout_ms);
+  Status wait(int timeout_ms) FABQ_EXCLUDES(mu_);
   // fi_trywait: kAgain if any member is ready (a counter change counts once, as for wait());
   // otherwise quiets the fd, arms it and returns ok.
-  Status try_wait();
+  Status try_wait() FABQ_EXCLUDES(mu_);
 
  private:
   struct Entry {
@@ -70,14 +70,14 @@ class WaitSet {
     uint64_t seen;  // change_count() when last reported
   };
   WaitSet(std::unique_ptr<WaitObject> object, int64_t spin_ns);
-  // Under mu_. When `consume`, counters that are reported have their change recorded.
-  bool any_ready_locked(bool consume);
+  // When `consume`, counters that are reported have their change recorded.
+  bool any_ready_locked(bool consume) FABQ_REQUIRES(mu_);
 
   std::unique_ptr<WaitObject> object_;
   WaitGate gate_;
   const int64_t spin_ns_;
-  mutable std::mutex mu_;
-  std::vector<Entry> members_;
+  mutable Mutex mu_;
+  std::vector<Entry> members_ FABQ_GUARDED_BY(mu_);
 };
 
 class PollSet {
@@ -87,23 +87,23 @@ class PollSet {
   PollSet& operator=(const PollSet&) = delete;
 
   // kBusy if `m` is already a member; kNoMem if the list cannot grow.
-  Status add(WaitSetMember* m, void* context);
+  Status add(WaitSetMember* m, void* context) FABQ_EXCLUDES(mu_);
   // kInval if `m` is not a member.
-  Status remove(WaitSetMember* m);
-  size_t size() const;
-  bool contains(WaitSetMember* m) const;
+  Status remove(WaitSetMember* m) FABQ_EXCLUDES(mu_);
+  size_t size() const FABQ_EXCLUDES(mu_);
+  bool contains(WaitSetMember* m) const FABQ_EXCLUDES(mu_);
 
   // Writes the contexts of up to `count` ready members into `contexts`, in the order they were
   // added, and returns how many. Members beyond `count` are not looked at (their marks stay).
-  size_t poll(void** contexts, size_t count);
+  size_t poll(void** contexts, size_t count) FABQ_EXCLUDES(mu_);
 
  private:
   struct Entry {
     WaitSetMember* member;
     void* context;
   };
-  mutable std::mutex mu_;
-  std::vector<Entry> members_;
+  mutable Mutex mu_;
+  std::vector<Entry> members_ FABQ_GUARDED_BY(mu_);
 };
 
 }  // namespace fabq::core
