@@ -46,13 +46,15 @@
  *   change the port state (port_state below) and nothing else.
  *
  * EVENT KINDS (value, affected object, class, err on the EQ, real cause in fabq)
- *   FI_FABQ_EVENT_COMM_EST          endpoint  info   -       first packet on a connection *
- *   FI_FABQ_EVENT_SQ_DRAINED        endpoint  info   -       drained shutdown *
+ *   FI_FABQ_EVENT_COMM_EST          endpoint  info   -       the first message arrives *
+ *   FI_FABQ_EVENT_SQ_DRAINED        endpoint  info   -       fi_shutdown: every send is out *
  *   FI_FABQ_EVENT_PATH_MIG          endpoint  info   -       injection only
  *   FI_FABQ_EVENT_LAST_WQE_REACHED  endpoint  info   -       an endpoint bound to an SRX fails
- *   FI_FABQ_EVENT_EP_FATAL          endpoint  error  FI_EIO          peer vanished *, SRX error
- *   FI_FABQ_EVENT_EP_REQ_ERR        endpoint  error  FI_EREMOTEIO    malformed packet *
- *   FI_FABQ_EVENT_EP_ACCESS_ERR     endpoint  error  FI_EACCES       bad remote key/bounds *
+ *   FI_FABQ_EVENT_EP_FATAL          endpoint  error  FI_EIO          peer gone (keep-alive) or
+ *                                                                    socket error *; SRX error
+ *   FI_FABQ_EVENT_EP_REQ_ERR        endpoint  error  FI_EREMOTEIO    the peer broke the wire
+ *                                                                    protocol *
+ *   FI_FABQ_EVENT_EP_ACCESS_ERR     endpoint  error  FI_EACCES       injection only (no RMA)
  *   FI_FABQ_EVENT_PATH_MIG_ERR      endpoint  error  FI_EHOSTUNREACH injection only
  *   FI_FABQ_EVENT_CQ_ERR            CQ        error  FI_EOVERRUN     injection (overrun)
  *   FI_FABQ_EVENT_SRX_LIMIT_REACHED SRX       info   -       posted receives fell below the
@@ -66,7 +68,8 @@
  *   FI_FABQ_EVENT_SM_CHANGE         port      info   -       injection only
  *   FI_FABQ_EVENT_CLIENT_REREGISTER port      info   -       injection only
  *   FI_FABQ_EVENT_DEVICE_FATAL      device    error  FI_ENODEV       the interface was deleted
- *   (* the cause arrives with fabq's TCP transport; until then, by injection.)
+ *   (* on a connected FI_EP_MSG endpoint; on FI_EP_RDM a failed connection fails the sends
+ *   to that peer and raises nothing.) Every kind can also be raised by injection (event=).
  *   They correspond one to one to verbs' IBV_EVENT_* (ADDR_CHANGE is LID_CHANGE,
  *   KEY_TABLE_CHANGE is PKEY_CHANGE, SRX is SRQ, EP is QP). The values are distinct from
  *   every fabric errno, so a prov_errno holding one is unambiguous.

@@ -1,9 +1,11 @@
 // fabq core: typed results.
 //
-// Inside fabq every fallible call returns a `Status` (no value) or a `Result<T>` (a value or a
-// status). A status is one of libfabric's positive fabric errno values (`FI_EAGAIN`,
-// `FI_EAVAIL`, ...) wrapped in an enum so that it cannot be confused with a count or a flag.
-// At the libfabric boundary `to_fi()` turns it into the negative value the API returns.
+// In the core (src/core) a call that can fail with a fabric errno returns a `Status` (no value) or
+// a `Result<T>` (a value or a status). A status is one of libfabric's positive fabric errno values
+// (`FI_EAGAIN`, `FI_EAVAIL`, ...) wrapped in an enum so that it cannot be confused with a count or
+// a flag. The provider and the transports (src/prov, src/xport) mostly keep libfabric's convention
+// instead, an int that is 0 or a negative fabric errno; `to_fi()` turns a core status into that
+// where they call the core.
 //
 // Thread safety: plain values; copy freely.
 #pragma once
