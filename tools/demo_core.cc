@@ -22,7 +22,11 @@ using core::Code;
 int failures = 0;
 
 void say(const char* fmt, auto... args) {
-  std::printf(fmt, args...);
+  if constexpr (sizeof...(args) == 0) {
+    std::fputs(fmt, stdout);
+  } else {
+    std::printf(fmt, args...);
+  }
   std::printf("\n");
 }
 

@@ -26,9 +26,6 @@
 namespace fabq::testing {
 namespace {
 
-// OFI_CORE_PROV_ONLY: what ofi_rxm / ofi_rxd pass when they look for a core provider.
-constexpr uint64_t kCoreProvOnly = 1ULL << 59;
-
 struct InfoDeleter {
   void operator()(fi_info* i) const { fi_freeinfo(i); }
 };
