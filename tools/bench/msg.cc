@@ -15,6 +15,9 @@
 // stacks on one core hand a message over only at a preemption tick: on a shared two-core
 // machine that happened in about one run in three (ping-pong p50 8 ms instead of 10 us).
 //
+// The setup (fi_getinfo, fabric, domain, passive endpoint, endpoint, CM events) takes the steps of
+// tools/fabric_setup.h, the ones the tests' harness takes too.
+//
 // Every blocking step (the server's port, a CM event, a completion, a send that keeps getting
 // -FI_EAGAIN, the other side at a barrier) gives up after Options::timeout_ms: a provider that
 // does not work gives FAILED, or unsupported when setup returns -FI_ENOSYS/-FI_EOPNOTSUPP or
@@ -23,7 +26,6 @@
 // must say send or receive, and a received message must pass MsgFormat::check.
 #include "tools/bench/msg.h"
 
-#include <netinet/in.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -31,7 +33,6 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <sched.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #include <algorithm>
@@ -45,6 +46,8 @@
 #include <optional>
 #include <string_view>
 #include <thread>
+
+#include "tools/fabric_setup.h"
 
 namespace fabq::tools::bench {
 namespace {
@@ -143,7 +146,6 @@ namespace {
 constexpr const char* kHost = "127.0.0.1";
 constexpr char kConnectData[] = "fabq bench: connect";
 constexpr char kAcceptData[] = "fabq bench: accept";
-constexpr size_t kCmDataMax = 256;
 constexpr int kCmSliceMs = 20;        // a wait for a CM event looks at the stop flag this often
 constexpr size_t kCqBatch = 16;       // completions per fi_cq_read
 constexpr uint32_t kSpinCheck = 256;  // empty polls between looks at the clock and stop flag
@@ -459,35 +461,20 @@ class Peer {
 
   bool open(const char* service, uint64_t flags, const MsgFormat& f, size_t send_slots,
             size_t recv_slots) {
-    fi_info* hints = fi_allocinfo();
-    if (hints == nullptr) return fail("fi_allocinfo failed");
-    hints->caps = FI_MSG;
-    hints->mode = FI_CONTEXT | FI_CONTEXT2;  // every operation carries a struct fi_context2
-    hints->addr_format = FI_SOCKADDR_IN;
-    hints->ep_attr->type = FI_EP_MSG;
+    setup::Hints hints;
+    hints.provider = spec_.prov_name;
     // Both sides busy-poll their CQ, so that thread is the one to move data (fabq's default).
     // Left to FI_PROGRESS_AUTO, sockets moves it in threads of its own, which get a core from
     // the two pollers only at a preemption: 8 B one way took 16-27 ms instead of 20-30 us on a
     // two-core machine. tcp does the same either way.
-    hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
-    hints->fabric_attr->prov_name = strdup(spec_.prov_name.c_str());
-    fi_info* list = nullptr;
-    const std::string call = std::string("fi_getinfo(") + kHost + ", " + service +
-                             (flags & FI_SOURCE ? ", FI_SOURCE)" : ")");
-    const int rc = fi_getinfo(FI_VERSION(1, 17), kHost, service, flags, hints, &list);
-    fi_freeinfo(hints);
-    if (rc == -FI_ENODATA) {
-      return fail(call + ": no FI_EP_MSG endpoint of " + spec_.prov_name, true);
+    hints.data_progress = FI_PROGRESS_MANUAL;
+    fi_info* info = nullptr;
+    const setup::Result got = setup::getinfo(hints, kHost, service, flags, &info);
+    info_.reset(info);
+    if (got.rc == -FI_ENODATA) {
+      return fail(got.call + ": no FI_EP_MSG endpoint of " + spec_.prov_name, true);
     }
-    if (rc != 0) return setup_fail(call, rc);
-    for (fi_info* i = list; i != nullptr; i = i->next) {
-      if (i->fabric_attr->prov_name != nullptr && spec_.prov_name == i->fabric_attr->prov_name) {
-        info_.reset(fi_dupinfo(i));
-        break;
-      }
-    }
-    fi_freeinfo(list);
-    if (!info_) return fail(call + " lists no " + spec_.prov_name, true);
+    if (!got.ok()) return setup_fail(got.call, got.rc);
     if (info_->ep_attr->max_msg_size < f.size()) {
       return fail(fmt("max_msg_size %zu is below the message size %zu",
                       info_->ep_attr->max_msg_size, f.size()),
@@ -504,15 +491,11 @@ class Peer {
     pending_.resize(recv_slots);
 
     fid_fabric* fabric = nullptr;
-    if (int r = fi_fabric(info_->fabric_attr, &fabric, nullptr); r != 0) {
-      return setup_fail("fi_fabric", r);
-    }
-    fabric_.reset(fabric);
     fid_domain* domain = nullptr;
-    if (int r = fi_domain(fabric_.get(), info_.get(), &domain, nullptr); r != 0) {
-      return setup_fail("fi_domain", r);
-    }
+    const setup::Result opened = setup::open_fabric(info_.get(), &fabric, &domain);
+    fabric_.reset(fabric);
     domain_.reset(domain);
+    if (!opened.ok()) return setup_fail(opened.call, opened.rc);
     fi_eq_attr eq_attr{};
     eq_attr.size = 64;
     eq_attr.wait_obj = FI_WAIT_UNSPEC;  // CM events are waited for in fi_eq_sread
@@ -535,31 +518,23 @@ class Peer {
 
   bool listen() {
     fid_pep* pep = nullptr;
-    if (int r = fi_passive_ep(fabric_.get(), info_.get(), &pep, nullptr); r != 0) {
-      return setup_fail("fi_passive_ep", r);
-    }
+    uint16_t port = 0;
+    const setup::Result r = setup::listen(fabric_.get(), info_.get(), eq_.get(), &pep, &port);
     pep_.reset(pep);
-    if (int r = fi_pep_bind(pep_.get(), &eq_->fid, 0); r != 0) return setup_fail("fi_pep_bind", r);
-    if (int r = fi_listen(pep_.get()); r != 0) return setup_fail("fi_listen", r);
-    sockaddr_storage addr{};
-    size_t len = sizeof(addr);
-    if (int r = fi_getname(&pep_->fid, &addr, &len); r != 0) return setup_fail("fi_getname", r);
-    const auto* sin = reinterpret_cast<const sockaddr_in*>(&addr);
-    if (len < sizeof(sockaddr_in) || sin->sin_family != AF_INET || sin->sin_port == 0) {
-      return fail("fi_getname on the listening endpoint gave no IPv4 port");
-    }
-    link_->port.store(ntohs(sin->sin_port), std::memory_order_release);
+    if (!r.ok()) return setup_fail(r.call, r.rc);
+    link_->port.store(port, std::memory_order_release);
     return true;
   }
 
-  // Binds the EQ and the CQ, enables the endpoint and posts every receive buffer, so that
-  // receives are posted before the first message can come.
-  bool prepare_endpoint() {
-    if (int r = fi_ep_bind(ep_.get(), &eq_->fid, 0); r != 0) return setup_fail("fi_ep_bind(eq)", r);
-    if (int r = fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV); r != 0) {
-      return setup_fail("fi_ep_bind(cq)", r);
-    }
-    if (int r = fi_enable(ep_.get()); r != 0) return setup_fail("fi_enable", r);
+  // An endpoint for `info` bound to the EQ and the CQ and enabled; then every receive buffer
+  // posted, so that receives are posted before the first message can come.
+  bool open_endpoint(fi_info* info) {
+    fid_ep* ep = nullptr;
+    const setup::Result r =
+        setup::open_endpoint(domain_.get(), info, nullptr,
+                             {{&eq_->fid, 0, "eq"}, {&cq_->fid, FI_TRANSMIT | FI_RECV, "cq"}}, &ep);
+    ep_.reset(ep);
+    if (!r.ok()) return setup_fail(r.call, r.rc);
     for (size_t i = 0; i < rx_->count(); ++i) {
       if (!post_recv(i)) return false;
     }
@@ -575,12 +550,7 @@ class Peer {
       return fail(fmt("FI_CONNREQ's data (%zu bytes) is not what fi_connect sent (%zu bytes)",
                       data.size(), sizeof(kConnectData)));
     }
-    fid_ep* ep = nullptr;
-    if (int r = fi_endpoint(domain_.get(), req_info.get(), &ep, nullptr); r != 0) {
-      return setup_fail("fi_endpoint", r);
-    }
-    ep_.reset(ep);
-    if (!prepare_endpoint()) return false;
+    if (!open_endpoint(req_info.get())) return false;
     if (int r = fi_accept(ep_.get(), kAcceptData, sizeof(kAcceptData)); r != 0) {
       return setup_fail("fi_accept", r);
     }
@@ -588,12 +558,7 @@ class Peer {
   }
 
   bool connect() {
-    fid_ep* ep = nullptr;
-    if (int r = fi_endpoint(domain_.get(), info_.get(), &ep, nullptr); r != 0) {
-      return setup_fail("fi_endpoint", r);
-    }
-    ep_.reset(ep);
-    if (!prepare_endpoint()) return false;
+    if (!open_endpoint(info_.get())) return false;
     if (int r = fi_connect(ep_.get(), info_->dest_addr, kConnectData, sizeof(kConnectData));
         r != 0) {
       return setup_fail("fi_connect", r);
@@ -610,32 +575,26 @@ class Peer {
   // Waits for CM event `want` about `from`; its data goes to *data and, for FI_CONNREQ, its
   // fi_info (the caller's to free) to *info.
   bool wait_cm(uint32_t want, const fid* from, std::string* data, fi_info** info) {
-    alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + kCmDataMax];
-    const auto* entry = reinterpret_cast<const fi_eq_cm_entry*>(buf);
-    const int64_t deadline = now_ns() + timeout_ns_;
-    for (;;) {
-      if (link_->stop.load(std::memory_order_relaxed)) return stopped();
-      uint32_t event = 0;
-      const ssize_t r = fi_eq_sread(eq_.get(), &event, buf, sizeof(buf), kCmSliceMs, 0);
-      if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT) {
-        if (now_ns() > deadline) {
-          return fail("no " + event_name(want) + fmt(" within %d ms", link_->o.timeout_ms));
-        }
-        continue;
-      }
-      if (r == -FI_EAVAIL) return fail("waiting for " + event_name(want) + ": " + eq_error());
-      if (r < 0) return fail(fi_error("fi_eq_sread", r));
-      if (static_cast<size_t>(r) < sizeof(fi_eq_cm_entry)) {
-        return fail(fmt("fi_eq_sread returned %zd bytes, less than a CM entry", r));
-      }
-      InfoPtr got_info(event == FI_CONNREQ ? entry->info : nullptr);
-      if (event != want) return fail(event_name(event) + " where " + event_name(want) + " was due");
-      if (entry->fid != from) return fail(event_name(event) + " names another fid");
-      data->assign(reinterpret_cast<const char*>(buf) + sizeof(fi_eq_cm_entry),
-                   static_cast<size_t>(r) - sizeof(fi_eq_cm_entry));
-      if (info != nullptr) *info = got_info.release();
-      return true;
+    setup::CmEvent ev;
+    uint32_t event = 0;
+    const ssize_t r =
+        setup::read_event(eq_.get(), &event, &ev, link_->o.timeout_ms, kCmSliceMs, 0,
+                          [this] { return !link_->stop.load(std::memory_order_relaxed); });
+    if (r == setup::kStopped) return stopped();
+    if (r == -FI_ETIMEDOUT) {
+      return fail("no " + event_name(want) + fmt(" within %d ms", link_->o.timeout_ms));
     }
+    if (r == -FI_EAVAIL) return fail("waiting for " + event_name(want) + ": " + eq_error());
+    if (r < 0) return fail(fi_error("fi_eq_sread", r));
+    if (static_cast<size_t>(r) < setup::kCmEntrySize) {
+      return fail(fmt("fi_eq_sread returned %zd bytes, less than a CM entry", r));
+    }
+    InfoPtr got_info(event == FI_CONNREQ ? ev.entry().info : nullptr);
+    if (event != want) return fail(event_name(event) + " where " + event_name(want) + " was due");
+    if (ev.entry().fid != from) return fail(event_name(event) + " names another fid");
+    data->assign(ev.data(), static_cast<size_t>(r) - setup::kCmEntrySize);
+    if (info != nullptr) *info = got_info.release();
+    return true;
   }
 
   std::string eq_error() {
