@@ -1,8 +1,9 @@
 // Test support for tests/api: opens fabq the way an application does, through libfabric only.
 //
-// FabqTest::SetUp: fi_getinfo(FI_VERSION(1, 17), hints: provider "fabq", domain "lo") ->
-// fi_fabric -> fi_domain. TearDown closes what is still open, in reverse order. ctest sets
-// FI_PROVIDER_PATH to the build's provider directory and FI_PROVIDER=fabq.
+// FabqTest::SetUp: fi_getinfo(kVersion, hints: provider "fabq", domain "lo") -> fi_fabric ->
+// fi_domain. TearDown closes what is still open, in reverse order. ctest sets FI_PROVIDER_PATH
+// to the build's provider directory; FI_PROVIDER comes from tests/support/env.cc. Tests that
+// need a connected pair use tests/support/pair.h.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,9 +15,9 @@
 
 #include <cstring>
 
-namespace fabq::testing {
+#include "support/provider.h"
 
-inline constexpr uint32_t kVersion = FI_VERSION(1, 17);
+namespace fabq::testing {
 
 // Hints naming fabq and the loopback interface. The caller owns the result (fi_freeinfo).
 inline fi_info* fabq_hints() {

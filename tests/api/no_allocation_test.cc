@@ -13,19 +13,26 @@
 #include <vector>
 
 #include "alloc_counter.h"
-#include "msg_pair.h"
+#include "support/pair.h"
 
 namespace fabq::testing {
 namespace {
 
 using bench::heap_allocations;
 
-class NoAllocation : public MsgPair {
+Options over_shared_memory() {
+  Options o = api_pair_options();
+  o.shm = Shm::kOn;
+  return o;
+}
+
+class NoAllocation : public PairTest {
  protected:
+  NoAllocation() : PairTest(over_shared_memory()) {}
   void SetUp() override {
-    MsgPair::SetUp();
+    PairTest::SetUp();
     if (HasFatalFailure()) return;
-    connect();
+    ASSERT_TRUE(pair_.connect());
   }
 
   // Sends `count` messages of `size` bytes from the client, each completing only once the
@@ -39,7 +46,8 @@ class NoAllocation : public MsgPair {
       msg.msg_iov = &iov;
       msg.iov_count = 1;
       ssize_t rc;
-      while ((rc = fi_sendmsg(client_, &msg, FI_TRANSMIT_COMPLETE | FI_COMPLETION)) == -FI_EAGAIN) {
+      while ((rc = fi_sendmsg(client_ep(), &msg, FI_TRANSMIT_COMPLETE | FI_COMPLETION)) ==
+             -FI_EAGAIN) {
         ASSERT_NO_FATAL_FAILURE(take_client_completions(0));
       }
       ASSERT_EQ(rc, 0);
@@ -48,12 +56,12 @@ class NoAllocation : public MsgPair {
   }
 
   // Takes client send completions until `want` of this round's have come (0: whatever is there
-  // now), driving the server's progress meanwhile, for at most kWaitMs.
+  // now), driving the server's progress meanwhile, for at most kTimeoutMs.
   void take_client_completions(size_t want) {
     fi_cq_tagged_entry e[16];
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
     for (;;) {
-      const ssize_t n = fi_cq_read(client_cq_, e, 16);
+      const ssize_t n = fi_cq_read(client_cq(), e, 16);
       if (n > 0) {
         sent_done_ += static_cast<size_t>(n);
         for (ssize_t i = 0; i < n; ++i) ASSERT_TRUE(e[i].flags & FI_SEND);
@@ -61,8 +69,7 @@ class NoAllocation : public MsgPair {
       }
       ASSERT_EQ(n, -FI_EAGAIN);
       if (sent_done_ >= want) return;
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline)
-          << sent_done_ << " of " << want << " sends completed";
+      ASSERT_LT(Clock::now(), deadline) << sent_done_ << " of " << want << " sends completed";
       drive_server();
     }
   }
@@ -70,7 +77,7 @@ class NoAllocation : public MsgPair {
   // Progress on the server side: nothing is posted there, so nothing completes.
   void drive_server() {
     fi_cq_tagged_entry e;
-    ASSERT_EQ(fi_cq_read(server_cq_, &e, 1), -FI_EAGAIN);
+    ASSERT_EQ(fi_cq_read(server_cq(), &e, 1), -FI_EAGAIN);
   }
 
   // Posts a receive for each waiting message, 256 at a time (fewer than rx_attr.size), and
@@ -80,10 +87,10 @@ class NoAllocation : public MsgPair {
     for (size_t first = 0; first < count; first += kBatch) {
       const size_t n = std::min(kBatch, count - first);
       for (size_t i = first; i < first + n; ++i) {
-        ASSERT_EQ(fi_recv(server_, rx_.data() + i * size, size, nullptr, 0, nullptr), 0);
+        ASSERT_EQ(fi_recv(server_ep(), rx_.data() + i * size, size, nullptr, 0, nullptr), 0);
       }
       for (size_t got = 0; got < n;) {
-        const ssize_t k = fi_cq_sread(server_cq_, e, 16, nullptr, kWaitMs);
+        const ssize_t k = fi_cq_sread(server_cq(), e, 16, nullptr, kTimeoutMs);
         ASSERT_GT(k, 0) << fi_strerror(static_cast<int>(-k));
         for (ssize_t i = 0; i < k; ++i) ASSERT_EQ(e[i].len, size);
         got += static_cast<size_t>(k);
@@ -128,10 +135,10 @@ TEST_F(NoAllocation, AMessageWhoseReceiveIsPostedAllocatesNothing) {
   size_buffers(1, kSize);
   fi_cq_tagged_entry e;
   auto one = [&] {
-    ASSERT_EQ(fi_recv(server_, rx_.data(), kSize, nullptr, 0, nullptr), 0);
-    ASSERT_EQ(fi_send(client_, tx_.data(), kSize, nullptr, 0, nullptr), 0);
-    ASSERT_EQ(wait_cq(client_cq_, &e), 1);
-    ASSERT_EQ(wait_cq(server_cq_, &e), 1);
+    ASSERT_EQ(fi_recv(server_ep(), rx_.data(), kSize, nullptr, 0, nullptr), 0);
+    ASSERT_EQ(fi_send(client_ep(), tx_.data(), kSize, nullptr, 0, nullptr), 0);
+    ASSERT_EQ(wait_cq(client_cq(), &e), 1);
+    ASSERT_EQ(wait_cq(server_cq(), &e), 1);
     ASSERT_EQ(e.len, kSize);
   };
   for (int i = 0; i < 100; ++i) one();  // warm-up

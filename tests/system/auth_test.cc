@@ -14,9 +14,8 @@
 #include <string>
 
 #include "raw_peer.h"
-#include "rdm_fixture.h"
 
-namespace fabq::systest {
+namespace fabq::testing {
 namespace {
 
 constexpr const char* kSecret = "correct horse battery staple";
@@ -219,7 +218,7 @@ TEST(Auth, AnRdmStrangerPosingAsAnotherEndpointIsRefusedBeforeItConsumesAReceive
   ASSERT_EQ(r.trecv(buf, sizeof(buf), 3, buf), 0);
   // The stranger announces the victim's name and sends a message right behind its request.
   RawConnection stranger;
-  ASSERT_TRUE(stranger.connect_to(ntohs(r.name().sin_port)));
+  ASSERT_TRUE(stranger.connect_to(ntohs(r.address().sin_port)));
   const std::string name(reinterpret_cast<const char*>(&victim), sizeof(victim));
   ASSERT_TRUE(stranger.send_all(
       encode(Header{.op = kConnReq, .length = static_cast<uint32_t>(name.size())}) + name +
@@ -236,7 +235,7 @@ TEST(Auth, AnRdmStrangerPosingAsAnotherEndpointIsRefusedBeforeItConsumesAReceive
   }
   EXPECT_TRUE(closed) << "the stranger was not refused";
   ASSERT_TRUE(legit.link().signal('s'));
-  const Rdm::Got g = r.next_for(buf);
+  const Completion g = r.next_for(buf);
   ASSERT_EQ(g.rc, 1) << "err " << g.err.err;
   EXPECT_STREQ(buf, "the real one");
   EXPECT_EQ(g.src, victim_addr);
@@ -245,4 +244,4 @@ TEST(Auth, AnRdmStrangerPosingAsAnotherEndpointIsRefusedBeforeItConsumesAReceive
 }
 
 }  // namespace
-}  // namespace fabq::systest
+}  // namespace fabq::testing

@@ -6,22 +6,27 @@
 // in a network namespace of its own, where the only interface is lo (127.0.0.1). It makes the
 // namespace itself (as root, or in a user namespace), and skips when it cannot.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <net/if.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "msg_fixture.h"
+#include "support/provider.h"
 
-namespace fabq::systest {
+namespace fabq::testing {
 namespace {
 
 constexpr const char* kPingpong = "/usr/bin/fi_pingpong";
@@ -165,4 +170,4 @@ TEST(FiPingpong, MsgEndpointsPingPongBetweenTwoProcessesAndBothExitZero) {
 }
 
 }  // namespace
-}  // namespace fabq::systest
+}  // namespace fabq::testing

@@ -26,9 +26,8 @@
 
 #include "fabq/fi_fabq.h"
 #include "raw_peer.h"
-#include "rdm_fixture.h"
 
-namespace fabq::systest {
+namespace fabq::testing {
 namespace {
 
 // Descriptors this process has open now.
@@ -430,8 +429,8 @@ TEST(HostilePeer, AnRdmReceiveTakenByAHalfMessageOfADyingPeerTakesAMessageThatCa
   ASSERT_EQ(r.trecv(buf, sizeof(buf), 5, buf), 0);
   // A stranger connects as an RDM endpoint would and sends the first 10 bytes of 100.
   RawConnection raw;
-  ASSERT_TRUE(raw.connect_to(ntohs(r.name().sin_port)));
-  sockaddr_in stranger = r.name();
+  ASSERT_TRUE(raw.connect_to(ntohs(r.address().sin_port)));
+  sockaddr_in stranger = r.address();
   stranger.sin_port = htons(1);
   ASSERT_TRUE(
       raw.send_all(conn_req(std::string(reinterpret_cast<char*>(&stranger), sizeof(stranger)))));
@@ -452,7 +451,7 @@ TEST(HostilePeer, AnRdmReceiveTakenByAHalfMessageOfADyingPeerTakesAMessageThatCa
   // The stranger dies: its half message is dropped, the receive goes back and takes the whole
   // one at once.
   raw.close_now();
-  const Rdm::Got g = r.next_for(buf);
+  const Completion g = r.next_for(buf);
   ASSERT_EQ(g.rc, 1);
   EXPECT_STREQ(buf, "whole");
   ASSERT_TRUE(sender.link().signal('d'));
@@ -461,8 +460,8 @@ TEST(HostilePeer, AnRdmReceiveTakenByAHalfMessageOfADyingPeerTakesAMessageThatCa
 
 // A raw peer that connects to `r` as an RDM endpoint announcing 127.0.0.1:`port` would.
 bool rdm_handshake(Rdm& r, RawConnection& raw, uint16_t port) {
-  if (!raw.connect_to(ntohs(r.name().sin_port))) return false;
-  sockaddr_in me = r.name();
+  if (!raw.connect_to(ntohs(r.address().sin_port))) return false;
+  sockaddr_in me = r.address();
   me.sin_port = htons(port);
   if (!raw.send_all(conn_req(std::string(reinterpret_cast<char*>(&me), sizeof(me))))) {
     return false;
@@ -516,4 +515,4 @@ TEST(HostilePeer, ClosingAnRdmEndpointWhileAPeerIsInsideAMessageResumesNoClosedC
 }
 
 }  // namespace
-}  // namespace fabq::systest
+}  // namespace fabq::testing

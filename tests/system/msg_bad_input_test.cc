@@ -13,10 +13,9 @@
 #include <string>
 
 #include "fabq/fi_fabq.h"
-#include "msg_fixture.h"
 #include "raw_peer.h"
 
-namespace fabq::systest {
+namespace fabq::testing {
 namespace {
 
 // What the raw peer sends, and whether it then closes the connection itself (otherwise fabq
@@ -228,4 +227,4 @@ TEST(MsgBadInput, SilentConnectionDoesNotHoldUpTheNextPeer) {
 }
 
 }  // namespace
-}  // namespace fabq::systest
+}  // namespace fabq::testing

@@ -4,11 +4,13 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cstring>
 #include <string>
 
-#include "msg_fixture.h"
+#include "support/peer.h"
+#include "support/side.h"
 
-namespace fabq::systest {
+namespace fabq::testing {
 namespace {
 
 size_t cm_data_size(fid_t fid) {
@@ -396,4 +398,4 @@ TEST(MsgCm, ClosingAnEndpointPurgesItsUnreadEventsFromTheEq) {
 }
 
 }  // namespace
-}  // namespace fabq::systest
+}  // namespace fabq::testing

@@ -9,13 +9,15 @@
 #include <time.h>
 
 #include <array>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include "msg_fixture.h"
+#include "support/peer.h"
+#include "support/side.h"
 
-namespace fabq::systest {
+namespace fabq::testing {
 namespace {
 
 constexpr uint64_t kCqData = 0xa1b2c3d4e5f60718;
@@ -564,4 +566,4 @@ TEST(MsgData, DeliveryCompleteSendToAPostedReceiveCompletes) {
 }
 
 }  // namespace
-}  // namespace fabq::systest
+}  // namespace fabq::testing

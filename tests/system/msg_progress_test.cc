@@ -18,9 +18,10 @@
 #include <thread>
 #include <vector>
 
-#include "msg_fixture.h"
+#include "support/peer.h"
+#include "support/side.h"
 
-namespace fabq::systest {
+namespace fabq::testing {
 namespace {
 
 // A blocked thread's wait must be longer than the time the test needs to see it asleep and
@@ -555,4 +556,4 @@ TEST(MsgProgress, ReceivePostedWhileItsCqHasNoRoomGetsEagainAndNoCompletionIsLos
 }
 
 }  // namespace
-}  // namespace fabq::systest
+}  // namespace fabq::testing

@@ -17,11 +17,10 @@
 #include <vector>
 
 #include "fabq/fi_fabq.h"
-#include "msg_fixture.h"
 #include "raw_peer.h"
 #include "xport/shm.h"
 
-namespace fabq::systest {
+namespace fabq::testing {
 namespace {
 
 namespace shm = fabq::xport::shm;
@@ -257,4 +256,4 @@ TEST(MsgShm, ConnectedFabqProcessesLeaveNoSegmentNameBehind) {
 }
 
 }  // namespace
-}  // namespace fabq::systest
+}  // namespace fabq::testing

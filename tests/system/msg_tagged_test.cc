@@ -6,12 +6,14 @@
 // fabq's spec promises FI_TAGGED on FI_EP_MSG. For another provider without it (libfabric
 // 1.17's tcp) the tests skip; develop them with FABQ_TEST_PROVIDER=sockets.
 #include <array>
+#include <cstring>
 #include <map>
 #include <string>
 
-#include "msg_fixture.h"
+#include "support/peer.h"
+#include "support/side.h"
 
-namespace fabq::systest {
+namespace fabq::testing {
 namespace {
 
 const Options kTagged{.caps = FI_TAGGED, .cq_format = FI_CQ_FORMAT_TAGGED};
@@ -317,4 +319,4 @@ TEST(MsgTagged, ClaimWithDiscardDropsTheClaimedMessage) {
 }
 
 }  // namespace
-}  // namespace fabq::systest
+}  // namespace fabq::testing

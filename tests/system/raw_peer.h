@@ -16,9 +16,10 @@
 #include <cstring>
 #include <string>
 
-#include "msg_fixture.h"
+#include "support/peer.h"
+#include "support/side.h"
 
-namespace fabq::systest {
+namespace fabq::testing {
 
 #define SKIP_UNLESS_FABQ()                                                              \
   do {                                                                                  \
@@ -208,4 +209,4 @@ class RawConnection {
   int fd_ = -1;
 };
 
-}  // namespace fabq::systest
+}  // namespace fabq::testing

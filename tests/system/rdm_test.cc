@@ -6,11 +6,13 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cstring>
 #include <vector>
 
-#include "rdm_fixture.h"
+#include "support/peer.h"
+#include "support/side.h"
 
-namespace fabq::systest {
+namespace fabq::testing {
 namespace {
 
 TEST(RdmSystem, PingPongOfEverySizeBetweenTwoProcessesNamesTheSource) {
@@ -22,7 +24,7 @@ TEST(RdmSystem, PingPongOfEverySizeBetweenTwoProcessesNamesTheSource) {
     std::string buf(1 << 20, '\0');
     for (size_t i = 0; i < sizes.size(); ++i) {
       ASSERT_EQ(r.trecv(buf.data(), buf.size(), i, &buf), 0);
-      Rdm::Got g = r.next_for(&buf);
+      Completion g = r.next_for(&buf);
       ASSERT_EQ(g.rc, 1);
       ASSERT_EQ(g.entry.len, sizes[i]);
       EXPECT_EQ(g.src, parent);
@@ -39,7 +41,7 @@ TEST(RdmSystem, PingPongOfEverySizeBetweenTwoProcessesNamesTheSource) {
     std::string in(sizes[i] + 16, '\0');
     ASSERT_EQ(r.trecv(in.data(), in.size(), i, &in), 0);
     ASSERT_EQ(r.tsend(out.data(), out.size(), child, i, nullptr), 0);
-    Rdm::Got g = r.next_for(&in);
+    Completion g = r.next_for(&in);
     ASSERT_EQ(g.rc, 1) << "size " << sizes[i];
     EXPECT_EQ(g.entry.len, sizes[i]);
     EXPECT_EQ(g.entry.tag, i);
@@ -80,7 +82,7 @@ TEST(RdmSystem, ThreeSendersToOneReceiverArriveInOrderPerSenderWithTheirSources)
   uint32_t v = 0;
   for (uint32_t n = 0; n < kSenders * kEach; ++n) {
     ASSERT_EQ(r.trecv(&v, sizeof(v), 5, &v), 0);
-    Rdm::Got g = r.next_for(&v);
+    Completion g = r.next_for(&v);
     ASSERT_EQ(g.rc, 1);
     const uint32_t s = v >> 16;
     ASSERT_LT(s, static_cast<uint32_t>(kSenders));
@@ -104,7 +106,7 @@ TEST(RdmSystem, APeerThatDiesFailsOnlyTheSendsAddressedToIt) {
     if (!r.ok() || !r.tell(link)) return;
     char buf[16] = {};
     ASSERT_EQ(r.trecv(buf, sizeof(buf), 1, buf), 0);
-    Rdm::Got g = r.next_for(buf);
+    Completion g = r.next_for(buf);
     ASSERT_EQ(g.rc, 1);
     EXPECT_STREQ(buf, "still here");
   });
@@ -130,7 +132,7 @@ TEST(RdmSystem, APeerThatDiesFailsOnlyTheSendsAddressedToIt) {
   kill(doomed.pid(), SIGKILL);
   // libfabric's tcp provider leaves such a send pending for ever; fabq fails it.
   if (provider_is_fabq()) {
-    Rdm::Got g = r.next_for(out);
+    Completion g = r.next_for(out);
     ASSERT_EQ(g.rc, -FI_EAVAIL);
     EXPECT_EQ(g.err.err, FI_ECONNABORTED);
   }
@@ -161,7 +163,7 @@ TEST(RdmSystem, GarbageSentToTheListenerClosesOnlyThatConnection) {
   for (int kind = 0; kind < 2; ++kind) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     ASSERT_GE(fd, 0);
-    sockaddr_in to = r.name();
+    sockaddr_in to = r.address();
     ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
     unsigned char bytes[32] = {};
     if (kind == 0) {
@@ -191,11 +193,11 @@ TEST(RdmSystem, GarbageSentToTheListenerClosesOnlyThatConnection) {
   char buf[32] = {};
   ASSERT_EQ(r.trecv(buf, sizeof(buf), 2, buf), 0);
   ASSERT_TRUE(peer.link().signal('g'));
-  Rdm::Got g = r.next_for(buf);
+  Completion g = r.next_for(buf);
   ASSERT_EQ(g.rc, 1);
   EXPECT_STREQ(buf, "after the garbage");
   EXPECT_EQ(peer.join(), 0);
 }
 
 }  // namespace
-}  // namespace fabq::systest
+}  // namespace fabq::testing
