@@ -15,12 +15,12 @@
 #include <cerrno>
 #include <chrono>
 #include <fstream>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "fabq_fixture.h"
+#include "support/striker.h"
 
 namespace fabq::testing {
 namespace {
@@ -60,46 +60,6 @@ std::string wait_name(fi_wait_obj w) {
 
 constexpr fi_wait_obj kBlockingWaits[] = {FI_WAIT_UNSPEC, FI_WAIT_FD, FI_WAIT_POLLFD,
                                           FI_WAIT_MUTEX_COND, FI_WAIT_YIELD};
-
-// The other side of a ping-pong: for each iteration i, waits until the reader has armed
-// iteration i (it is about to block), then calls strike(i): at once for half of the iterations
-// (the tightest race with the reader going to sleep), after a random 0-50 us spin for the
-// others. Stops when told to or after the last iteration. The reader owns the loop.
-class Striker {
- public:
-  template <class Strike>
-  Striker(int iterations, uint32_t seed, Strike strike)
-      : thread_([this, iterations, seed, strike] {
-          std::mt19937 rng(seed);
-          std::uniform_int_distribution<int64_t> delay_ns(0, 50'000);
-          for (int i = 0; i < iterations; ++i) {
-            while (armed_.load(std::memory_order_acquire) < i) {
-              if (stop_.load(std::memory_order_acquire)) return;
-            }
-            if (i % 2 == 1) {
-              const auto until = Clock::now() + std::chrono::nanoseconds(delay_ns(rng));
-              while (Clock::now() < until) {
-              }
-            }
-            strike(i);
-          }
-        }) {}
-  ~Striker() { stop(); }
-  Striker(const Striker&) = delete;
-  Striker& operator=(const Striker&) = delete;
-
-  // The reader is about to block for iteration i.
-  void arm(int i) { armed_.store(i, std::memory_order_release); }
-  void stop() {
-    stop_.store(true, std::memory_order_release);
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  std::atomic<int> armed_{-1};
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
 
 fi_eq_entry entry_with(uint64_t data) {
   fi_eq_entry e{};

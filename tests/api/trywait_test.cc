@@ -12,15 +12,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "fabq_fixture.h"
+#include "support/striker.h"
 
 namespace fabq::testing {
 namespace {
@@ -40,45 +39,6 @@ bool pollable(std::vector<pollfd> fds, int timeout_ms) {
   }
   return false;
 }
-
-// The writer side of a lost-wake-up loop. For each iteration i it waits until the reader has
-// armed iteration i (right after its fi_trywait returned 0), then strikes: at once for half of
-// the iterations (the tightest race with the reader going to sleep), after a random 0-50 us
-// spin for the others. The reader owns the loop; stop() ends it early.
-class Striker {
- public:
-  template <class Strike>
-  Striker(int iterations, uint32_t seed, Strike strike)
-      : thread_([this, iterations, seed, strike] {
-          std::mt19937 rng(seed);
-          std::uniform_int_distribution<int64_t> delay_ns(0, 50'000);
-          for (int i = 0; i < iterations; ++i) {
-            while (armed_.load(std::memory_order_acquire) < i) {
-              if (stop_.load(std::memory_order_acquire)) return;
-            }
-            if (i % 2 == 1) {
-              const auto until = Clock::now() + std::chrono::nanoseconds(delay_ns(rng));
-              while (Clock::now() < until) {
-              }
-            }
-            strike(i);
-          }
-        }) {}
-  ~Striker() { stop(); }
-  Striker(const Striker&) = delete;
-  Striker& operator=(const Striker&) = delete;
-
-  void arm(int i) { armed_.store(i, std::memory_order_release); }
-  void stop() {
-    stop_.store(true, std::memory_order_release);
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  std::atomic<int> armed_{-1};
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
 
 // An epoll instance watching one fd for readability.
 class Epoll {
