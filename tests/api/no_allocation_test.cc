@@ -1,8 +1,9 @@
 // "Keep the hot paths free of heap allocation", through the libfabric API: a connected MSG
 // pair (over shared memory, as two endpoints of one host are) moves messages, and messages
 // that arrive before their receive, without touching the heap once it has done the same
-// before. This binary replaces malloc & co. with counting wrappers (bench/alloc_counter.cc),
-// which count the provider's allocations too, since it is loaded into the same process.
+// before. This binary replaces malloc & co. with counting wrappers (tests/support/
+// alloc_counter.h), which count the provider's allocations too, since it is loaded into the
+// same process.
 #include <gtest/gtest.h>
 #include <rdma/fi_errno.h>
 
@@ -12,13 +13,11 @@
 #include <utility>
 #include <vector>
 
-#include "alloc_counter.h"
+#include "support/alloc_counter.h"
 #include "support/pair.h"
 
 namespace fabq::testing {
 namespace {
-
-using bench::heap_allocations;
 
 Options over_shared_memory() {
   Options o = api_pair_options();

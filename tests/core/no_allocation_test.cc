@@ -1,22 +1,22 @@
 // "No allocation after construction": the write and read paths of EQs and CQs never touch the
 // heap, and neither does the handshake's authentication (hashes, MACs, nonces). This binary
-// replaces malloc & co. with counting wrappers (bench/alloc_counter.cc) and counts allocations
-// across many calls after the objects are built.
+// replaces malloc & co. with counting wrappers (tests/support/alloc_counter.h) and counts
+// allocations across many calls after the objects are built.
 #include <gtest/gtest.h>
 #include <rdma/fi_eq.h>
 
 #include <cstdlib>
 #include <cstring>
 
-#include "alloc_counter.h"
 #include "core/cq.h"
 #include "core/eq.h"
 #include "core/hmac.h"
+#include "support/alloc_counter.h"
 
 namespace fabq::core {
 namespace {
 
-using bench::heap_allocations;
+using fabq::testing::heap_allocations;
 
 TEST(NoAllocation, EqWriteAndReadOfEveryEventKindAllocateNothing) {
   auto eq = EventQueue::create({.size = 64, .wait = WaitKind::kFd}).value();
