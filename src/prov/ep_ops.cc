@@ -56,47 +56,79 @@ struct Receives {
     return t->cancel(context);
   }
 
-  static ssize_t post(fid_ep* f, const iovec* iov, size_t count, void* context, uint64_t flags,
-                      bool explicit_flags, bool tagged, uint64_t tag, uint64_t ignore) {
+  // One receive as fi_recv, fi_trecv and the rest of fi_msg(3) and fi_tagged(3) ask for it.
+  // explicit_flags: the call took flags (the *msg forms); else the endpoint's rx op_flags apply.
+  struct RecvRequest {
+    const iovec* iov = nullptr;
+    size_t iov_count = 0;
+    void* context = nullptr;
+    uint64_t flags = 0;
+    bool explicit_flags = false;
+    bool tagged = false;
+    uint64_t tag = 0;
+    uint64_t ignore = 0;
+  };
+
+  static ssize_t post(fid_ep* f, const RecvRequest& req) {
     T* t = of(f);
     if (t == nullptr) return -FI_EINVAL;
     PostedRecv r;
-    r.context = context;
-    r.flags = flags;
-    r.default_flags = !explicit_flags;
-    r.tagged = tagged;
-    r.tag = tag;
-    r.ignore = ignore;
-    if (!take_iov(&r, iov, count, t->iov_limit_)) return -FI_EINVAL;
+    r.context = req.context;
+    r.flags = req.flags;
+    r.default_flags = !req.explicit_flags;
+    r.tagged = req.tagged;
+    r.tag = req.tag;
+    r.ignore = req.ignore;
+    if (!take_iov(&r, req.iov, req.iov_count, t->iov_limit_)) return -FI_EINVAL;
     return t->post_recv(r);
   }
 
   static ssize_t recv(fid_ep* f, void* buf, size_t len, void*, fi_addr_t, void* context) {
     const iovec iov{buf, len};
-    return post(f, &iov, 1, context, 0, false, false, 0, 0);
+    return post(f, {.iov = &iov, .iov_count = 1, .context = context});
   }
   static ssize_t recvv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t,
                        void* context) {
-    return post(f, iov, count, context, 0, false, false, 0, 0);
+    return post(f, {.iov = iov, .iov_count = count, .context = context});
   }
   static ssize_t recvmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
     if (msg == nullptr) return -FI_EINVAL;
     if (flags & (FI_PEEK | FI_CLAIM)) return -FI_EBADFLAGS;
-    return post(f, msg->msg_iov, msg->iov_count, msg->context, flags, true, false, 0, 0);
+    return post(f, {.iov = msg->msg_iov,
+                    .iov_count = msg->iov_count,
+                    .context = msg->context,
+                    .flags = flags,
+                    .explicit_flags = true});
   }
   static ssize_t trecv(fid_ep* f, void* buf, size_t len, void*, fi_addr_t, uint64_t tag,
                        uint64_t ignore, void* context) {
     const iovec iov{buf, len};
-    return post(f, &iov, 1, context, 0, false, true, tag, ignore);
+    return post(f, {.iov = &iov,
+                    .iov_count = 1,
+                    .context = context,
+                    .tagged = true,
+                    .tag = tag,
+                    .ignore = ignore});
   }
   static ssize_t trecvv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t, uint64_t tag,
                         uint64_t ignore, void* context) {
-    return post(f, iov, count, context, 0, false, true, tag, ignore);
+    return post(f, {.iov = iov,
+                    .iov_count = count,
+                    .context = context,
+                    .tagged = true,
+                    .tag = tag,
+                    .ignore = ignore});
   }
   static ssize_t trecvmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
     if (msg == nullptr) return -FI_EINVAL;
-    return post(f, msg->msg_iov, msg->iov_count, msg->context, flags, true, true, msg->tag,
-                msg->ignore);
+    return post(f, {.iov = msg->msg_iov,
+                    .iov_count = msg->iov_count,
+                    .context = msg->context,
+                    .flags = flags,
+                    .explicit_flags = true,
+                    .tagged = true,
+                    .tag = msg->tag,
+                    .ignore = msg->ignore});
   }
 
   static inline fi_ops_ep ep_ops_ = {
