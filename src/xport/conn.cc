@@ -43,7 +43,7 @@ Conn::Conn(Engine* engine, Owner* owner, const ConnParams& params, core::UniqueF
       owner_(owner),
       params_(params),
       rdm_(params.rdm),
-      auth_(params.auth),
+      hs_(params.rdm, params.auth),
       fd_(std::move(fd)),
       framer_(params.max_msg_size),
       rbuf_(new unsigned char[kReadBuffer]),
@@ -77,7 +77,7 @@ void Conn::close_socket_locked() {
     ::shutdown(fd_.get(), SHUT_RDWR);
   }
   engine_->set_deadline(this, 0);
-  set_state(State::kClosed);
+  set_state(hs_.close());
   if (shm_agreed_) {
     engine_->remove_shm(this);
     shm_rx_open_.store(false, std::memory_order_relaxed);
@@ -405,7 +405,7 @@ void Conn::on_ready(uint32_t events) {
       return;
     }
     if ((events & EPOLLOUT) == 0) return;
-    set_state(State::kRequested);
+    set_state(hs_.sent());
     writing_ = false;
     update_interest_locked();
     flush_locked();
@@ -568,39 +568,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
     if (framer_.in_header()) continue;
     // A whole header: is it allowed now?
     const wire::Header& h = framer_.header();
-    const State s = state();
-    bool ok = false;
-    switch (h.op) {
-      case wire::Op::kConnReq:
-        ok = s == State::kIncoming;
-        break;
-      case wire::Op::kConnAccept:
-        // A side that asked to authenticate takes no accept from a peer that has not proved
-        // it holds the secret.
-        ok = s == State::kRequested && (!auth_sent_ || challenged_);
-        break;
-      case wire::Op::kConnReject:
-        ok = s == State::kRequested;
-        break;
-      case wire::Op::kChallenge:
-        ok = s == State::kRequested && auth_sent_ && !challenged_;
-        break;
-      case wire::Op::kProof:
-        ok = s == State::kProving;
-        break;
-      case wire::Op::kConnReady:
-        ok = s == State::kAccepted;
-        break;
-      case wire::Op::kMsg:
-      case wire::Op::kTagged:
-        // On an RDM connection, messages flow only from the side that connected.
-        ok = s == State::kConnected && (!rdm_ || inbound_);
-        break;
-      default:
-        ok = s == State::kConnected;
-        break;
-    }
-    if (!ok) {
+    if (!hs_.allowed(h)) {
       *used = off;
       fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "a frame the connection's state forbids");
       return false;
@@ -629,54 +597,6 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
 bool Conn::frame_done_locked() {
   const wire::Header& h = framer_.header();
   switch (h.op) {
-    case wire::Op::kConnReq:
-      return auth_ == nullptr && (h.flags & wire::kAuth) == 0
-                 ? take_request_locked(h, cm_buf_, h.length)
-                 : challenge_locked(h);
-    case wire::Op::kChallenge:
-      return prove_locked();
-    case wire::Op::kProof:
-      return take_proof_locked(h);
-    case wire::Op::kConnAccept:
-      if ((h.flags & wire::kShmAccept) != 0) {
-        if (!seg_.valid()) {
-          fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR,
-                      "shared memory taken but not offered");
-          return false;
-        }
-        // The peer's frames come through the ring from here on; ours after kConnReady.
-        shm_agreed_locked(/*connecting=*/true);
-        rx_shm_ = true;
-      } else {
-        seg_ = {};  // declined (another host, or shared memory off there)
-      }
-      engine_->set_deadline(this, 0);
-      was_connected_ = true;
-      set_state(State::kConnected);
-      queue_ctrl_locked(wire::Op::kConnReady, 0, nullptr, 0);
-      if (shm_agreed_) tx_switch_at_ = ctrl_.size();
-      update_interest_locked();
-      // kConnReady goes to the kernel before the application hears FI_CONNECTED (as verbs
-      // sends its RTU before ESTABLISHED): an application that exits at once must not leave
-      // the peer with a handshake cut short.
-      if (!flush_locked()) return false;  // and the sends queued while connecting
-      if (!rdm_) owner_->cm_event({.event = FI_CONNECTED, .data = cm_buf_, .len = h.length});
-      return true;
-    case wire::Op::kConnReject:
-      reported_ = true;
-      close_socket_locked();
-      // A peer that has not proved the secret refuses, but its words are not reported.
-      refused_locked(FI_ECONNREFUSED, auth_sent_ && !challenged_ ? nullptr : cm_buf_,
-                     auth_sent_ && !challenged_ ? 0 : h.length);
-      return false;
-    case wire::Op::kConnReady:
-      engine_->set_deadline(this, 0);
-      was_connected_ = true;
-      set_state(State::kConnected);
-      if (shm_agreed_) rx_shm_ = true;  // the peer's next frame is in the ring
-      update_interest_locked();
-      if (!rdm_) owner_->cm_event({.event = FI_CONNECTED});
-      return true;
     case wire::Op::kMsg:
     case wire::Op::kTagged: {
       if (!comm_est_ && !rdm_) {
@@ -699,11 +619,9 @@ bool Conn::frame_done_locked() {
         return false;
       }
       return true;
-    case wire::Op::kShutdown:
-      peer_closed_locked();
-      return false;
+    default:
+      return handshake_frame_locked(h);
   }
-  return true;
 }
 
 void Conn::peer_closed_locked() {

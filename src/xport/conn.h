@@ -12,8 +12,12 @@
 // connected to the one that accepted (acknowledgements flow back), so two endpoints that send
 // to each other hold two connections, and messages between them keep their order.
 //
-// Files: conn.cc (set-up, sending, reading, framing), conn_handshake.cc (the handshake's frames
-// and their authentication), conn_shm.cc (the shared-memory side).
+// The handshake's rules (which frame may come when, what each one means, the authentication
+// arithmetic) are xport/handshake.h's: the connection asks its Handshake and does what it says.
+//
+// Files: conn.cc (set-up, sending, reading, framing), conn_handshake.cc (the handshake's I/O:
+// connecting, accepting, rejecting, and acting on the Handshake's decisions), conn_shm.cc (the
+// shared-memory side).
 #pragma once
 
 #include <netinet/in.h>
@@ -22,12 +26,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <string_view>
 #include <vector>
 
-#include "core/hmac.h"
 #include "core/unique_fd.h"
 #include "xport/engine.h"
+#include "xport/handshake.h"
 #include "xport/shm.h"
 #include "xport/transport.h"
 #include "xport/wire.h"
@@ -80,23 +83,17 @@ class Conn final : public Connection, public Pollable {
   bool requested() const { return requested_.load(std::memory_order_acquire); }
 
  private:
-  enum class State : uint8_t {
-    kIdle,        // made for fi_connect, nothing sent
-    kConnecting,  // TCP connect in progress
-    kRequested,   // kConnReq sent, waiting for accept or reject
-    kIncoming,    // passive: waiting for the peer's kConnReq
-    kProving,     // passive: kChallenge sent, waiting for the peer's kProof
-    kPending,     // passive: kConnReq reported; waiting for fi_accept / fi_reject
-    kAccepted,    // passive: kConnAccept sent, waiting for kConnReady
-    kConnected,
-    kClosed,  // shut down, refused or failed: nothing more moves
-  };
+  using State = handshake::State;
+  // state_ mirrors hs_.state() for the threads that look without mu_: published where the
+  // connection has done what the transition asks (hs_ may be a step ahead until then).
   void set_state(State s) { state_.store(s, std::memory_order_release); }
   State state() const { return state_.load(std::memory_order_acquire); }
   // Under mu_:
   void read_locked();
   bool handle_bytes_locked(const unsigned char* p, size_t n, size_t* used);
   bool frame_done_locked();
+  // Does what the Handshake says about a whole frame of the handshake (or kShutdown).
+  bool handshake_frame_locked(const wire::Header& h);
   void queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len,
                          uint32_t flags = 0, uint64_t tag = 0, uint64_t hdata = 0);
   bool flush_locked();
@@ -106,12 +103,9 @@ class Conn final : public Connection, public Pollable {
   // kConnReject with `data`, then closed.
   int reject_locked(const void* data, size_t len);
   // A request (authenticated, if this side has a secret): reported or accepted.
-  bool take_request_locked(const wire::Header& h, const unsigned char* data, size_t len);
-  // Authentication (xport/wire.h): the passive side challenges, the active side proves.
-  bool challenge_locked(const wire::Header& h);
-  bool prove_locked();
-  bool take_proof_locked(const wire::Header& h);
-  core::Digest auth_mac_locked(std::string_view label) const;
+  bool take_request_locked(const handshake::Next& next);
+  // The passive side of an authenticated request: challenges the peer to prove the secret.
+  bool challenge_locked();
   // The connection did not come up (refused, timed out, unreachable): an MSG endpoint hears of
   // it on its EQ; an RDM endpoint's sends to it fail.
   void refused_locked(int err, const void* data, size_t len);
@@ -134,10 +128,9 @@ class Conn final : public Connection, public Pollable {
   Owner* owner_;  // null while passive and not adopted
   ConnParams params_;
   const bool rdm_;  // an RDM endpoint's connection
-  // The secret this side proves in the handshake (params_.auth, or the passive listener's);
-  // null: peers are not authenticated.
-  const core::HmacSha256* auth_ = nullptr;
-  bool inbound_ = false;                // RDM: accepted by the endpoint's listener (data flows in)
+  // The protocol's side of the connection: its state, the secret it proves (params_.auth, or
+  // the passive listener's), what the authentication has seen. Under mu_.
+  handshake::Handshake hs_;
   Acceptor* acceptor_ = nullptr;        // accepted and not handed over: reaped by it once closed
   PassiveAcceptor* passive_ = nullptr;  // acceptor_, when a passive endpoint's
   std::atomic<bool> requested_{false};  // see requested(); set by passive_
@@ -164,17 +157,8 @@ class Conn final : public Connection, public Pollable {
   Incoming in_;
   Placement place_;
   bool have_place_ = false;
-  size_t placed_ = 0;  // payload bytes of this frame consumed so far
-  unsigned char cm_buf_[wire::kMaxConnReq];
-  // Authentication: the nonces, the request both MACs vouch for, and (passive) the request
-  // held until the proof arrives.
-  bool auth_sent_ = false;   // active: kConnReq carried kAuth
-  bool challenged_ = false;  // active: the peer proved the secret; kProof sent
-  unsigned char nonce_c_[wire::kNonceSize] = {};
-  unsigned char nonce_s_[wire::kNonceSize] = {};
-  core::Digest req_digest_{};
-  wire::Header held_req_{};
-  unsigned char held_data_[core::kCmDataSize];
+  size_t placed_ = 0;                        // payload bytes of this frame consumed so far
+  unsigned char cm_buf_[wire::kMaxConnReq];  // the payload of a handshake frame
   // Sends: a ring of submitted ops, then control frames written between data frames.
   std::vector<TxOp*> sendq_;
   size_t send_head_ = 0;

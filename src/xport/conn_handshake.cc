@@ -1,5 +1,6 @@
 // The handshake of a connection (xport/wire.h): connecting, being accepted, accepting,
-// rejecting, and proving the shared secret both ways.
+// rejecting, and doing what the connection's Handshake (xport/handshake.h) decides about each
+// frame of it.
 #include <arpa/inet.h>
 #include <rdma/fi_eq.h>
 #include <sys/socket.h>
@@ -13,13 +14,8 @@
 #include "xport/socket_util.h"
 
 namespace fabq::xport {
-namespace {
 
-// What each MAC of the authentication says (xport/wire.h), so that neither passes for the other.
-constexpr std::string_view kAcceptLabel = "fabq-auth-accept";
-constexpr std::string_view kRequestLabel = "fabq-auth-request";
-
-}  // namespace
+using handshake::Step;
 
 int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
   std::lock_guard lock(mu_);
@@ -28,13 +24,13 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
   switch (owner_->take_net_fault()) {
     case core::NetFault::kReject:
       // Injected: refused as if the peer had called fi_reject without data.
-      set_state(State::kClosed);
+      set_state(hs_.close());
       reported_ = true;
       refused_locked(FI_ECONNREFUSED, nullptr, 0);
       return 0;
     case core::NetFault::kTimeout:
       // Injected: the request never gets an answer; the connect timer ends it.
-      set_state(State::kConnecting);
+      set_state(hs_.connecting());
       engine_->set_deadline(this, engine_->connect_deadline());
       return 0;
     default:
@@ -43,7 +39,7 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
   core::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) {
     if (!rdm_) return -FI_EIO;
-    set_state(State::kClosed);
+    set_state(hs_.close());
     refused_locked(FI_EIO, nullptr, 0);
     return 0;
   }
@@ -61,41 +57,39 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
   peer_ = peer;
   // A peer on this host is offered shared memory; it takes it or not in its answer.
   if (engine_->config().shm && is_local(peer)) seg_ = shm::Segment::create();
-  uint32_t flags = seg_.valid() ? uint32_t{wire::kShmOffer} : 0u;
+  wire::Header rh{.op = wire::Op::kConnReq,
+                  .flags = seg_.valid() ? uint32_t{wire::kShmOffer} : 0u,
+                  .length = static_cast<uint32_t>(len),
+                  .tag = seg_.valid() ? seg_.id() : 0,
+                  .data = seg_.valid() ? seg_.nonce() : 0};
   unsigned char req[wire::kMaxConnReq];
   if (len > 0) std::memcpy(req, data, len);
-  size_t req_len = len;
-  if (auth_ != nullptr) {
+  if (hs_.keyed()) {
     // With a secret, the request carries this side's nonce and waits for a challenge.
-    if (!core::fill_random(nonce_c_, sizeof(nonce_c_)).ok()) {
+    handshake::Nonce nc;
+    if (!core::fill_random(nc.data(), nc.size()).ok()) {
       if (!rdm_) return -FI_EIO;
-      set_state(State::kClosed);
+      set_state(hs_.close());
       refused_locked(FI_EIO, nullptr, 0);
       return 0;
     }
-    std::memcpy(req + len, nonce_c_, sizeof(nonce_c_));
-    req_len += sizeof(nonce_c_);
-    flags |= wire::kAuth;
-    auth_sent_ = true;
+    std::memcpy(req + len, nc.data(), nc.size());
+    rh.length += static_cast<uint32_t>(nc.size());
+    rh.flags |= wire::kAuth;
   }
-  queue_ctrl_locked(wire::Op::kConnReq, 0, req, req_len, flags, seg_.valid() ? seg_.id() : 0,
-                    seg_.valid() ? seg_.nonce() : 0);
-  if (auth_sent_) {
-    // What both MACs vouch for: the request as it went out (name, data, offer and nonce).
-    const size_t frame = wire::kHeaderSize + req_len;
-    req_digest_ = core::Sha256::hash(ctrl_.data() + ctrl_.size() - frame, frame);
-  }
+  queue_ctrl_locked(rh.op, 0, req, rh.length, rh.flags, rh.tag, rh.data);
+  hs_.request(rh, req);
   const int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&peer), sizeof(peer));
   const int e = rc == 0 ? 0 : errno;
   fd_ = std::move(fd);
   if (rc != 0 && e != EINPROGRESS) {
     // Refused at once (nobody listens on a local port): reported like any other refusal.
-    set_state(State::kClosed);
+    set_state(hs_.close());
     reported_ = true;
     refused_locked(fi_errno_of(e), nullptr, 0);
     return 0;
   }
-  set_state(State::kConnecting);
+  set_state(hs_.connecting());
   writing_ = true;
   update_interest_locked();
   engine_->set_deadline(this, engine_->connect_deadline());
@@ -122,12 +116,12 @@ void Conn::start_accepted(Acceptor* acceptor, PassiveAcceptor* passive) {
   std::lock_guard lock(mu_);
   acceptor_ = acceptor;
   passive_ = passive;
-  if (passive != nullptr) auth_ = passive->auth_key();
-  inbound_ = passive == nullptr;
   set_socket_options(fd_.get(), engine_->config().keepalive_ms);
   socklen_t len = sizeof(peer_);
   getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&peer_), &len);
-  set_state(State::kIncoming);
+  // An RDM listener's connection carries the peer's messages in; the secret is the listener's.
+  set_state(hs_.incoming(/*inbound=*/passive == nullptr,
+                         passive != nullptr ? passive->auth_key() : params_.auth));
   update_interest_locked();
   engine_->set_deadline(this, engine_->connect_deadline());
 }
@@ -145,7 +139,7 @@ bool Conn::adopt(Owner* owner, const ConnParams& params) {
   if (state() != State::kPending || owner_ != nullptr) return false;
   owner_ = owner;
   params_ = params;
-  auth_ = params.auth;  // the passive endpoint's may go before it
+  hs_.set_key(params.auth);  // the passive endpoint's may go before it
   framer_ = wire::Framer(params.max_msg_size);
   return true;
 }
@@ -156,7 +150,7 @@ int Conn::accept(const void* data, size_t len) {
     return state() == State::kClosed ? -FI_ECONNABORTED : -FI_EOPBADSTATE;
   }
   queue_accept_locked(data, len);
-  set_state(State::kAccepted);
+  set_state(hs_.accept());
   update_interest_locked();
   engine_->set_deadline(this, engine_->connect_deadline());
   flush_locked();
@@ -181,111 +175,111 @@ int Conn::reject_locked(const void* data, size_t len) {
 }
 
 // A request, authenticated if this side holds a secret: reported (MSG) or accepted (RDM).
-bool Conn::take_request_locked(const wire::Header& h, const unsigned char* data, size_t len) {
-  if (rdm_) {
-    // The peer endpoint's name, then accepted at once: an RDM endpoint takes every peer.
-    sockaddr_in name{};
-    if (len == sizeof(name)) std::memcpy(&name, data, sizeof(name));
-    if (name.sin_family != AF_INET) {
-      fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "an RDM request without a name");
-      return false;
-    }
-    peer_name_ = name;
-    map_offer_locked(h);
+bool Conn::take_request_locked(const handshake::Next& next) {
+  if (next.step == Step::kAcceptPeer) {
+    // An RDM endpoint takes every peer, at once.
+    peer_name_ = next.peer;
+    map_offer_locked(next.request);
     queue_accept_locked(nullptr, 0);
-    set_state(State::kAccepted);
+    set_state(next.state);
     engine_->set_deadline(this, engine_->connect_deadline());
     return flush_locked();
   }
   // Mapped now, taken (or dropped) by fi_accept / fi_reject.
-  map_offer_locked(h);
-  set_state(State::kPending);
+  map_offer_locked(next.request);
+  set_state(next.state);
   engine_->set_deadline(this, 0);
   update_interest_locked();
   // A request the passive endpoint cannot queue is refused at once: the peer is told, and
   // nothing of it stays behind.
-  if (passive_ == nullptr || !passive_->request(this, peer_, data, len)) reject_locked(nullptr, 0);
+  if (passive_ == nullptr || !passive_->request(this, peer_, next.data, next.len)) {
+    reject_locked(nullptr, 0);
+  }
   return false;
-}
-
-core::Digest Conn::auth_mac_locked(std::string_view label) const {
-  core::HmacSha256 m = *auth_;
-  m.update(label.data(), label.size());
-  m.update(nonce_c_, sizeof(nonce_c_));
-  m.update(nonce_s_, sizeof(nonce_s_));
-  m.update(req_digest_.data(), req_digest_.size());
-  return m.final();
 }
 
 // The passive side of a request that must be authenticated: it is kept, unreported, until the
 // peer answers the challenge.
-bool Conn::challenge_locked(const wire::Header& h) {
-  if (auth_ == nullptr || (h.flags & wire::kAuth) == 0 || h.length < wire::kNonceSize) {
-    // One side holds a secret and the other does not: no connection either way.
-    engine_->log(LogLevel::kWarn, "connection from %s:%u refused: %s\n", inet_ntoa(peer_.sin_addr),
-                 ntohs(peer_.sin_port),
-                 auth_ == nullptr ? "it asks to authenticate and this side holds no secret"
-                                  : "it does not authenticate and this side holds a secret");
-    reject_locked(nullptr, 0);
-    return false;
-  }
-  held_req_ = h;
-  const size_t data_len = h.length - wire::kNonceSize;
-  std::memcpy(held_data_, cm_buf_, data_len);
-  std::memcpy(nonce_c_, cm_buf_ + data_len, wire::kNonceSize);
-  unsigned char hdr[wire::kHeaderSize];
-  wire::encode(h, hdr);
-  core::Sha256 digest;
-  digest.update(hdr, sizeof(hdr));
-  digest.update(cm_buf_, h.length);
-  req_digest_ = digest.final();
-  if (!core::fill_random(nonce_s_, sizeof(nonce_s_)).ok()) {
+bool Conn::challenge_locked() {
+  handshake::Nonce ns;
+  if (!core::fill_random(ns.data(), ns.size()).ok()) {
     reject_locked(nullptr, 0);
     return false;
   }
   unsigned char challenge[wire::kChallengeSize];
-  std::memcpy(challenge, nonce_s_, sizeof(nonce_s_));
-  const core::Digest mac = auth_mac_locked(kAcceptLabel);
-  std::memcpy(challenge + sizeof(nonce_s_), mac.data(), mac.size());
+  hs_.challenge(ns, challenge);
   queue_ctrl_locked(wire::Op::kChallenge, 0, challenge, sizeof(challenge));
-  set_state(State::kProving);
+  set_state(hs_.state());
   return flush_locked();
 }
 
-// The active side, challenged: the peer proves it holds the secret, then this side does.
-bool Conn::prove_locked() {
-  if (framer_.header().length != wire::kChallengeSize) {
-    fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "a challenge of the wrong size");
-    return false;
+// Acts on a complete frame of the handshake. False when the connection ended or stalled.
+bool Conn::handshake_frame_locked(const wire::Header& h) {
+  const handshake::Next next = hs_.on_frame(h, cm_buf_);
+  switch (next.step) {
+    case Step::kNone:
+      return true;
+    case Step::kReport:
+    case Step::kAcceptPeer:
+      return take_request_locked(next);
+    case Step::kChallenge:
+      return challenge_locked();
+    case Step::kProve: {
+      // The peer proved it holds the secret; now this side does.
+      const core::Digest proof = hs_.proof();
+      queue_ctrl_locked(wire::Op::kProof, 0, proof.data(), proof.size());
+      return flush_locked();
+    }
+    case Step::kConfirm:
+      if ((h.flags & wire::kShmAccept) != 0) {
+        // The peer's frames come through the ring from here on; ours after kConnReady.
+        shm_agreed_locked(/*connecting=*/true);
+        rx_shm_ = true;
+      } else {
+        seg_ = {};  // declined (another host, or shared memory off there)
+      }
+      engine_->set_deadline(this, 0);
+      was_connected_ = true;
+      set_state(next.state);
+      queue_ctrl_locked(wire::Op::kConnReady, 0, nullptr, 0);
+      if (shm_agreed_) tx_switch_at_ = ctrl_.size();
+      update_interest_locked();
+      // kConnReady goes to the kernel before the application hears FI_CONNECTED (as verbs
+      // sends its RTU before ESTABLISHED): an application that exits at once must not leave
+      // the peer with a handshake cut short.
+      if (!flush_locked()) return false;  // and the sends queued while connecting
+      if (!rdm_) owner_->cm_event({.event = FI_CONNECTED, .data = next.data, .len = next.len});
+      return true;
+    case Step::kConnected:
+      engine_->set_deadline(this, 0);
+      was_connected_ = true;
+      set_state(next.state);
+      if (shm_agreed_) rx_shm_ = true;  // the peer's next frame is in the ring
+      update_interest_locked();
+      if (!rdm_) owner_->cm_event({.event = FI_CONNECTED});
+      return true;
+    case Step::kReject:
+      engine_->log(LogLevel::kWarn, "connection from %s:%u refused: %s\n",
+                   inet_ntoa(peer_.sin_addr), ntohs(peer_.sin_port), next.why);
+      reject_locked(nullptr, 0);
+      return false;
+    case Step::kRefused:
+      if (next.why != nullptr) {
+        engine_->log(LogLevel::kWarn, "connection to %s:%u refused: %s\n",
+                     inet_ntoa(peer_.sin_addr), ntohs(peer_.sin_port), next.why);
+      }
+      reported_ = true;
+      close_socket_locked();
+      refused_locked(FI_ECONNREFUSED, next.data, next.len);
+      return false;
+    case Step::kPeerClosed:
+      peer_closed_locked();
+      return false;
+    case Step::kViolation:
+      fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, next.why);
+      return false;
   }
-  std::memcpy(nonce_s_, cm_buf_, sizeof(nonce_s_));
-  if (!core::mac_equal(auth_mac_locked(kAcceptLabel).data(), cm_buf_ + sizeof(nonce_s_))) {
-    engine_->log(LogLevel::kWarn,
-                 "connection to %s:%u refused: the peer did not prove the secret\n",
-                 inet_ntoa(peer_.sin_addr), ntohs(peer_.sin_port));
-    reported_ = true;
-    close_socket_locked();
-    refused_locked(FI_ECONNREFUSED, nullptr, 0);
-    return false;
-  }
-  challenged_ = true;
-  const core::Digest proof = auth_mac_locked(kRequestLabel);
-  queue_ctrl_locked(wire::Op::kProof, 0, proof.data(), proof.size());
-  return flush_locked();
-}
-
-// Acts on a complete frame. False when the connection ended or stalled.
-
-// The passive side: the peer's proof; only a right one gets the request acted on.
-bool Conn::take_proof_locked(const wire::Header& h) {
-  if (h.length != wire::kProofSize ||
-      !core::mac_equal(auth_mac_locked(kRequestLabel).data(), cm_buf_)) {
-    engine_->log(LogLevel::kWarn, "connection from %s:%u refused: it did not prove the secret\n",
-                 inet_ntoa(peer_.sin_addr), ntohs(peer_.sin_port));
-    reject_locked(nullptr, 0);
-    return false;
-  }
-  return take_request_locked(held_req_, held_data_, held_req_.length - wire::kNonceSize);
+  return true;
 }
 
 }  // namespace fabq::xport
