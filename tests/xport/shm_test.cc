@@ -923,7 +923,7 @@ TEST(ShmSegment, IndicesAPeerCorruptedInALiveSegmentAreCaught) {
 
 // --- two threads ----------------------------------------------------------------------------
 
-// One direction of a connection, the way tcp.cc drives it: the producer writes chunks of
+// One direction of a connection, the way conn_shm.cc drives it: the producer writes chunks of
 // random size and, when the ring is full, arms and sleeps on its doorbell; the consumer takes
 // random amounts and, when the ring is empty, arms and sleeps on its own. Each doorbell is an
 // eventfd. A lost wake-up leaves a side asleep: its wait times out and the test fails.
