@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/cm_data.h"
+#include "core/sockaddr.h"
 #include "prov/av.h"
 #include "prov/cntr.h"
 #include "prov/cq.h"
@@ -308,11 +309,7 @@ struct EpOps {
       std::lock_guard lock(e->mu_);
       name = e->enabled_ && e->rdm_ ? e->rdm_name_ : e->src_;
     }
-    const size_t have = *addrlen;
-    *addrlen = sizeof(sockaddr_in);
-    if (addr == nullptr || have < sizeof(sockaddr_in)) return -FI_ETOOSMALL;
-    std::memcpy(addr, &name, sizeof(sockaddr_in));
-    return 0;
+    return core::copy_sockaddr(name, addr, addrlen);
   }
 
   // RDM: the address the listener takes at fi_enable.

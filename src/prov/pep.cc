@@ -11,6 +11,7 @@
 
 #include "core/cm_data.h"
 #include "core/lazy_global.h"
+#include "core/sockaddr.h"
 #include "prov/auth.h"
 #include "prov/eq.h"
 #include "prov/fabric.h"
@@ -347,13 +348,8 @@ int PassiveEp::listen() {
 }
 
 int PassiveEp::getname(void* addr, size_t* len) {
-  if (len == nullptr) return -FI_EINVAL;
   std::lock_guard lock(mu_);
-  const size_t have = *len;
-  *len = sizeof(sockaddr_in);
-  if (addr == nullptr || have < sizeof(sockaddr_in)) return -FI_ETOOSMALL;
-  std::memcpy(addr, &addr_, sizeof(addr_));
-  return 0;
+  return core::copy_sockaddr(addr_, addr, len);
 }
 
 int PassiveEp::setname(const void* addr, size_t len) {

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/sockaddr.h"
 #include "fabq/fi_fabq.h"
 #include "xport/listener.h"
 #include "xport/socket_util.h"
@@ -225,7 +226,7 @@ int Conn::getname(void* addr, size_t* len) {
   } else if (owner_ != nullptr) {
     local = params_.src;
   }
-  return copy_addr(local, addr, len);
+  return core::copy_sockaddr(local, addr, len);
 }
 
 int Conn::getpeer(void* addr, size_t* len) {
@@ -233,7 +234,7 @@ int Conn::getpeer(void* addr, size_t* len) {
   if (state() != State::kConnected && state() != State::kAccepted && state() != State::kPending) {
     return -FI_ENOTCONN;
   }
-  return copy_addr(peer_, addr, len);
+  return core::copy_sockaddr(peer_, addr, len);
 }
 
 // Writes control frames and queued sends until the kernel takes no more. False when the

@@ -28,34 +28,6 @@ const char* state_str(State s) {
   return "unknown";
 }
 
-const char* step_str(Step s) {
-  switch (s) {
-    case Step::kNone:
-      return "none";
-    case Step::kReport:
-      return "report";
-    case Step::kAcceptPeer:
-      return "accept peer";
-    case Step::kChallenge:
-      return "challenge";
-    case Step::kProve:
-      return "prove";
-    case Step::kConfirm:
-      return "confirm";
-    case Step::kConnected:
-      return "connected";
-    case Step::kReject:
-      return "reject";
-    case Step::kRefused:
-      return "refused";
-    case Step::kPeerClosed:
-      return "peer closed";
-    case Step::kViolation:
-      return "violation";
-  }
-  return "unknown";
-}
-
 // --- Authentication
 
 core::Digest request_digest(const wire::Header& h, const unsigned char* payload) {

@@ -99,7 +99,6 @@ enum class Step : uint8_t {
   kPeerClosed,  // kShutdown: the peer closed
   kViolation,   // a protocol violation (Next::why): fail the connection
 };
-const char* step_str(Step s);
 
 struct Next {
   Step step = Step::kNone;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/sockaddr.h"
 #include "xport/socket_util.h"
 
 namespace fabq::xport {
@@ -195,7 +196,7 @@ int RdmListener::open(const sockaddr_in& addr) {
 }
 
 int RdmListener::getname(void* addr, size_t* len) {
-  return copy_addr(addr_, addr, len);
+  return core::copy_sockaddr(addr_, addr, len);
 }
 
 void RdmListener::sweep() {

@@ -21,17 +21,6 @@ inline int64_t now_ns() {
 // TCP_NODELAY, and keep-alive probes that declare a silent peer gone after `keepalive_ms`
 // (0: none). A peer that vanishes without a FIN or RST then fails the socket with ETIMEDOUT.
 void set_socket_options(int fd, size_t keepalive_ms);
-// fi_getname/fi_getpeer: copies `a` into addr (*len bytes of room); -FI_ETOOSMALL with *len set
-// to what is needed when it does not fit.
-inline int copy_addr(const sockaddr_in& a, void* addr, size_t* len) {
-  if (len == nullptr) return -FI_EINVAL;
-  const size_t have = *len;
-  *len = sizeof(sockaddr_in);
-  if (addr == nullptr || have < sizeof(sockaddr_in)) return -FI_ETOOSMALL;
-  std::memcpy(addr, &a, sizeof(a));
-  return 0;
-}
-
 // The part of iov[0..n) that starts `skip` bytes in and is at most `limit` long, into out[]
 // (room for n entries); returns how many entries it wrote. Inline: the data path calls it per
 // frame.

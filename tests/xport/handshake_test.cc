@@ -14,16 +14,17 @@
 #include <tuple>
 #include <vector>
 
+#include "wire_ops.h"
+
 namespace fabq::xport::handshake {
 namespace {
 
 using wire::Header;
 using wire::Op;
+using wire::test_ops::kAllOps;
+using wire::test_ops::op_name;
 using Bytes = std::vector<unsigned char>;
 
-constexpr Op kAllOps[] = {Op::kConnReq,  Op::kConnAccept, Op::kConnReject,  Op::kConnReady,
-                          Op::kMsg,      Op::kTagged,     Op::kAckReceived, Op::kAckDelivered,
-                          Op::kShutdown, Op::kChallenge,  Op::kProof};
 constexpr State kAllStates[] = {State::kIdle,     State::kConnecting, State::kRequested,
                                 State::kIncoming, State::kProving,    State::kPending,
                                 State::kAccepted, State::kConnected,  State::kClosed};
@@ -33,56 +34,11 @@ constexpr std::string_view kOtherSecret = "incorrect horse";
 const core::HmacSha256 kKey(kSecret.data(), kSecret.size());
 const core::HmacSha256 kOtherKey(kOtherSecret.data(), kOtherSecret.size());
 
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::kConnReq:
-      return "ConnReq";
-    case Op::kConnAccept:
-      return "ConnAccept";
-    case Op::kConnReject:
-      return "ConnReject";
-    case Op::kConnReady:
-      return "ConnReady";
-    case Op::kMsg:
-      return "Msg";
-    case Op::kTagged:
-      return "Tagged";
-    case Op::kAckReceived:
-      return "AckReceived";
-    case Op::kAckDelivered:
-      return "AckDelivered";
-    case Op::kShutdown:
-      return "Shutdown";
-    case Op::kChallenge:
-      return "Challenge";
-    case Op::kProof:
-      return "Proof";
-  }
-  return "Unknown";
-}
-
-const char* state_name(State s) {
-  switch (s) {
-    case State::kIdle:
-      return "Idle";
-    case State::kConnecting:
-      return "Connecting";
-    case State::kRequested:
-      return "Requested";
-    case State::kIncoming:
-      return "Incoming";
-    case State::kProving:
-      return "Proving";
-    case State::kPending:
-      return "Pending";
-    case State::kAccepted:
-      return "Accepted";
-    case State::kConnected:
-      return "Connected";
-    case State::kClosed:
-      return "Closed";
-  }
-  return "Unknown";
+// state_str() capitalised, for test names ("IsAllowedWhileIncoming").
+std::string state_name(State s) {
+  std::string name = state_str(s);
+  name[0] = static_cast<char>(name[0] - 'a' + 'A');
+  return name;
 }
 
 Header frame(Op op, size_t length = 0, uint32_t flags = 0) {

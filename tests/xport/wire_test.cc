@@ -11,50 +11,24 @@
 #include <utility>
 #include <vector>
 
+#include "wire_ops.h"
+
 namespace fabq::xport::wire {
 namespace {
+
+using test_ops::kAllOps;
+using test_ops::op_name;
 
 using Bytes = std::vector<unsigned char>;
 
 constexpr size_t kMaxPayload = 4096;  // the receiver's max_msg_size in these tests
 
-constexpr Op kAllOps[] = {Op::kConnReq,  Op::kConnAccept, Op::kConnReject,  Op::kConnReady,
-                          Op::kMsg,      Op::kTagged,     Op::kAckReceived, Op::kAckDelivered,
-                          Op::kShutdown, Op::kChallenge,  Op::kProof};
 constexpr Op kCmDataOps[] = {Op::kConnReq, Op::kConnAccept, Op::kConnReject};
 constexpr Op kDataOps[] = {Op::kMsg, Op::kTagged};
 constexpr Op kNoPayloadOps[] = {Op::kConnReady, Op::kAckReceived, Op::kAckDelivered, Op::kShutdown};
 
 bool is_data(Op op) {
   return op == Op::kMsg || op == Op::kTagged;
-}
-
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::kConnReq:
-      return "ConnReq";
-    case Op::kConnAccept:
-      return "ConnAccept";
-    case Op::kConnReject:
-      return "ConnReject";
-    case Op::kConnReady:
-      return "ConnReady";
-    case Op::kMsg:
-      return "Msg";
-    case Op::kTagged:
-      return "Tagged";
-    case Op::kAckReceived:
-      return "AckReceived";
-    case Op::kAckDelivered:
-      return "AckDelivered";
-    case Op::kShutdown:
-      return "Shutdown";
-    case Op::kChallenge:
-      return "Challenge";
-    case Op::kProof:
-      return "Proof";
-  }
-  return "Unknown";
 }
 
 // A valid header of `op` with every field the op uses set to something nonzero.
