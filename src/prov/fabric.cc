@@ -128,7 +128,7 @@ Transport* Fabric::transport() {
         .keepalive_ms = p.keepalive_ms,
         .shm = p.shm != 0,
         .cm_backlog = p.cm_backlog,
-        .after_round = raise_deferred,
+        .after_round = [](void*) { raise_deferred(); },
         .log = log_transport,
     };
     t = g_factory(config).release();

@@ -82,7 +82,7 @@ class Engine final : public Transport {
  private:
   void run_locked();
   void after_round() const {
-    if (config_.after_round != nullptr) config_.after_round();
+    if (config_.after_round != nullptr) config_.after_round(config_.after_round_arg);
   }
   void refresh_shm_locked();
   void poll_shm_locked();

@@ -51,9 +51,11 @@ struct TransportConfig {
   size_t keepalive_ms = 30000;        // a silent peer is gone after this (0: no keep-alive)
   bool shm = true;                    // same-host connections move their frames in shared memory
   size_t cm_backlog = 1024;           // per listener: connections in their handshake at once
-  // Called after every progress round, holding none of the transport's locks: the provider
-  // raises there the asynchronous events its owners deferred. Null: nothing.
-  void (*after_round)() = nullptr;
+  // Called with after_round_arg after every progress round, holding none of the transport's
+  // locks: the provider publishes there what its owners' upcalls left in its outbox (the
+  // asynchronous events they caused). Null: nothing.
+  void (*after_round)(void* arg) = nullptr;
+  void* after_round_arg = nullptr;
   // Where the transport's warnings go. Null: nowhere.
   void (*log)(LogLevel level, const char* message) = nullptr;
 };

@@ -82,7 +82,7 @@ bool logged_containing(std::string_view what) {
 }
 
 std::atomic<int> g_rounds{0};
-void count_round() {
+void count_round(void*) {
   g_rounds.fetch_add(1, std::memory_order_relaxed);
 }
 
