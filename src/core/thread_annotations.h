@@ -12,6 +12,7 @@
 //   FABQ_ACQUIRE(...)            a function that returns holding the lock (no argument: `this`)
 //   FABQ_TRY_ACQUIRE(ok, ...)    likewise when it returns `ok`
 //   FABQ_RELEASE(...)            a function that returns having released it
+//   FABQ_RETURN_CAPABILITY(mu)   an accessor that returns the lock `mu` (callers lock it)
 //   FABQ_NO_THREAD_SAFETY_ANALYSIS  a function the analysis skips (say why where it is used)
 //
 // Code without annotations (std::mutex, std::lock_guard of libstdc++) is not checked and
@@ -36,4 +37,5 @@
 #define FABQ_ACQUIRE(...) FABQ_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define FABQ_TRY_ACQUIRE(...) FABQ_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 #define FABQ_RELEASE(...) FABQ_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+#define FABQ_RETURN_CAPABILITY(x) FABQ_THREAD_ANNOTATION(lock_returned(x))
 #define FABQ_NO_THREAD_SAFETY_ANALYSIS FABQ_THREAD_ANNOTATION(no_thread_safety_analysis)

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <cstring>
 
@@ -53,14 +54,22 @@ Conn::Conn(Engine* engine, Owner* owner, const ConnParams& params, core::UniqueF
 }
 
 Conn::~Conn() {
-  std::lock_guard elock(engine_->mu());
-  std::lock_guard lock(mu_);
+  if (left_engine_) return;
+  core::MutexLock elock(engine_->mu());
+  leave_engine_locked(engine_);
+}
+
+void Conn::leave_engine_locked(Engine* engine) {
+  assert(engine == engine_);
+  core::MutexLock lock(mu_);
   // Destroyed inside a message (its endpoint is closing): the receive it was filling goes back.
   if (have_place_ && owner_ != nullptr) owner_->unplace(&place_);
-  if (fd_.valid() && registered_) engine_->remove_fd(fd_.get());
-  engine_->unschedule(this);  // its calls and its deadline
-  engine_->forget_shm(this);  // the mapping goes with the members, once no round can see it
+  have_place_ = false;
+  if (fd_.valid() && registered_) engine->remove_fd(fd_.get());
+  engine->unschedule(this);  // its calls and its deadline
+  engine->forget_shm(this);  // the mapping goes with the members, once no round can see it
   fd_.reset();
+  left_engine_ = true;
 }
 
 void Conn::close_socket_locked() {
@@ -149,7 +158,7 @@ void Conn::queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t
 }
 
 int Conn::shutdown() {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (reported_ && was_connected_) return 0;  // already shut down, by the peer or by us
   if (state() != State::kConnected) return -FI_ENOTCONN;
   if (shutting_) return 0;
@@ -159,7 +168,7 @@ int Conn::shutdown() {
 }
 
 int Conn::submit(TxOp* op) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   // An RDM connection queues sends until it is established.
   if (shutting_ || (rdm_ ? state() == State::kClosed : state() != State::kConnected)) {
     return -FI_ENOTCONN;
@@ -198,7 +207,7 @@ int Conn::submit(TxOp* op) {
 }
 
 void Conn::ack_delivered(uint32_t seq) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (state() != State::kConnected) return;
   queue_ctrl_locked(wire::Op::kAckDelivered, seq, nullptr, 0);
   flush_locked();
@@ -206,7 +215,7 @@ void Conn::ack_delivered(uint32_t seq) {
 
 void Conn::ack_delivered_later(uint32_t seq) {
   {
-    std::lock_guard lock(owed_mu_);
+    core::MutexLock lock(owed_mu_);
     owed_acks_.push_back(seq);
     acks_owed_.store(true, std::memory_order_release);
   }
@@ -218,7 +227,7 @@ void Conn::resume() {
 }
 
 int Conn::getname(void* addr, size_t* len) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   sockaddr_in local{};
   if (fd_.valid()) {
     socklen_t l = sizeof(local);
@@ -230,7 +239,7 @@ int Conn::getname(void* addr, size_t* len) {
 }
 
 int Conn::getpeer(void* addr, size_t* len) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (state() != State::kConnected && state() != State::kAccepted && state() != State::kPending) {
     return -FI_ENOTCONN;
   }
@@ -360,7 +369,7 @@ bool Conn::flush_locked() {
 }
 
 void Conn::on_deadline() {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   switch (state()) {
     case State::kConnecting:
     case State::kRequested:
@@ -379,13 +388,13 @@ void Conn::on_deadline() {
 }
 
 void Conn::on_ready(uint32_t events) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   const State s = state();
   if (s == State::kClosed || !fd_.valid()) return;
   if (acks_owed_.load(std::memory_order_acquire)) {
     std::vector<uint32_t> owed;
     {
-      std::lock_guard olock(owed_mu_);
+      core::MutexLock olock(owed_mu_);
       owed.swap(owed_acks_);
       acks_owed_.store(false, std::memory_order_relaxed);
     }

@@ -25,9 +25,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "core/mutex.h"
+#include "core/thread_annotations.h"
 #include "core/unique_fd.h"
 #include "xport/engine.h"
 #include "xport/handshake.h"
@@ -76,6 +77,10 @@ class Conn final : public Connection, public Pollable {
   // endpoint it was made for), waiting for its kConnReq. Until it is handed over (adopt(),
   // reject()) an accepted connection that ends asks its acceptor to reap it.
   void start_accepted(Acceptor* acceptor, PassiveAcceptor* passive);
+  // Takes the connection out of `engine` (its own: its socket, its calls, its ring) and gives
+  // back the receive it was filling: what the destructor does, for a caller that holds the
+  // engine lock already (a listener closing). The destructor then takes no lock.
+  void leave_engine_locked(Engine* engine) FABQ_REQUIRES(engine->mu());
   bool closed() const { return state() == State::kClosed; }
   // Accepted and not yet connected: counted against its owner's backlog.
   bool in_handshake() const;
@@ -89,99 +94,108 @@ class Conn final : public Connection, public Pollable {
   void set_state(State s) { state_.store(s, std::memory_order_release); }
   State state() const { return state_.load(std::memory_order_acquire); }
   // Under mu_:
-  void read_locked();
-  bool handle_bytes_locked(const unsigned char* p, size_t n, size_t* used);
-  bool frame_done_locked();
+  void read_locked() FABQ_REQUIRES(mu_);
+  bool handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) FABQ_REQUIRES(mu_);
+  bool frame_done_locked() FABQ_REQUIRES(mu_);
   // Does what the Handshake says about a whole frame of the handshake (or kShutdown).
-  bool handshake_frame_locked(const wire::Header& h);
+  bool handshake_frame_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   void queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len,
-                         uint32_t flags = 0, uint64_t tag = 0, uint64_t hdata = 0);
-  bool flush_locked();
-  void want_write_locked(bool on);
-  void update_interest_locked();
-  void fail_locked(int err, uint32_t event, const char* why);
+                         uint32_t flags = 0, uint64_t tag = 0, uint64_t hdata = 0)
+      FABQ_REQUIRES(mu_);
+  bool flush_locked() FABQ_REQUIRES(mu_);
+  void want_write_locked(bool on) FABQ_REQUIRES(mu_);
+  void update_interest_locked() FABQ_REQUIRES(mu_);
+  void fail_locked(int err, uint32_t event, const char* why) FABQ_REQUIRES(mu_);
   // kConnReject with `data`, then closed.
-  int reject_locked(const void* data, size_t len);
+  int reject_locked(const void* data, size_t len) FABQ_REQUIRES(mu_);
   // A request (authenticated, if this side has a secret): reported or accepted.
-  bool take_request_locked(const handshake::Next& next);
+  bool take_request_locked(const handshake::Next& next) FABQ_REQUIRES(mu_);
   // The passive side of an authenticated request: challenges the peer to prove the secret.
-  bool challenge_locked();
+  bool challenge_locked() FABQ_REQUIRES(mu_);
   // The connection did not come up (refused, timed out, unreachable): an MSG endpoint hears of
   // it on its EQ; an RDM endpoint's sends to it fail.
-  void refused_locked(int err, const void* data, size_t len);
-  void peer_closed_locked();
-  void close_socket_locked();
+  void refused_locked(int err, const void* data, size_t len) FABQ_REQUIRES(mu_);
+  void peer_closed_locked() FABQ_REQUIRES(mu_);
+  void close_socket_locked() FABQ_REQUIRES(mu_);
   // Shared memory (xport/shm.h).
   bool is_local(const sockaddr_in& peer) const;
   // The accepting side: maps the segment a kConnReq offers (seg_ stays invalid otherwise).
-  void map_offer_locked(const wire::Header& req);
+  void map_offer_locked(const wire::Header& req) FABQ_REQUIRES(mu_);
   // kConnAccept with `data`, taking the mapped offer if there is one.
-  void queue_accept_locked(const void* data, size_t len);
+  void queue_accept_locked(const void* data, size_t len) FABQ_REQUIRES(mu_);
   // Both sides agreed on seg_: its rings are this connection's, the engine polls them, and
   // this side's frames move to its ring once what ctrl_ holds now is on the socket.
-  void shm_agreed_locked(bool connecting);
-  void read_shm_locked();
-  void drain_doorbells_locked();
-  void doorbell_locked();
+  void shm_agreed_locked(bool connecting) FABQ_REQUIRES(mu_);
+  void read_shm_locked() FABQ_REQUIRES(mu_);
+  void drain_doorbells_locked() FABQ_REQUIRES(mu_);
+  void doorbell_locked() FABQ_REQUIRES(mu_);
 
   Engine* const engine_;
   Owner* owner_;  // null while passive and not adopted
   ConnParams params_;
   const bool rdm_;  // an RDM endpoint's connection
   // The protocol's side of the connection: its state, the secret it proves (params_.auth, or
-  // the passive listener's), what the authentication has seen. Under mu_.
-  handshake::Handshake hs_;
+  // the passive listener's), what the authentication has seen.
+  handshake::Handshake hs_ FABQ_GUARDED_BY(mu_);
   Acceptor* acceptor_ = nullptr;        // accepted and not handed over: reaped by it once closed
   PassiveAcceptor* passive_ = nullptr;  // acceptor_, when a passive endpoint's
   std::atomic<bool> requested_{false};  // see requested(); set by passive_
   core::UniqueFd fd_;
-  std::mutex mu_;
+  core::Mutex mu_;            // docs/locking.md #4
+  bool left_engine_ = false;  // leave_engine_locked() ran
   std::atomic<State> state_{State::kIdle};
-  bool registered_ = false;
-  bool writing_ = false;        // EPOLLOUT requested
-  uint32_t interest_ = 0;       // the events registered
-  bool stalled_ = false;        // a payload has no place yet
-  bool shutting_ = false;       // fi_shutdown: kShutdown goes after the queued sends
-  bool shut_queued_ = false;    // ... and is queued
-  bool shut_done_ = false;      // ... and is written; the sending side is closed
-  bool comm_est_ = false;       // COMM_EST raised
-  bool reported_ = false;       // FI_SHUTDOWN or an error was reported for this connection
-  bool was_connected_ = false;  // FI_CONNECTED was reported
-  sockaddr_in peer_{};
-  sockaddr_in peer_name_{};  // RDM inbound: the name the peer endpoint announced
-  wire::Framer framer_;
+  bool registered_ FABQ_GUARDED_BY(mu_) = false;
+  bool writing_ FABQ_GUARDED_BY(mu_) = false;   // EPOLLOUT requested
+  uint32_t interest_ FABQ_GUARDED_BY(mu_) = 0;  // the events registered
+  bool stalled_ FABQ_GUARDED_BY(mu_) = false;   // a payload has no place yet
+  bool shutting_ FABQ_GUARDED_BY(mu_) =
+      false;  // fi_shutdown: kShutdown goes after the queued sends
+  bool shut_queued_ FABQ_GUARDED_BY(mu_) = false;  // ... and is queued
+  bool shut_done_ FABQ_GUARDED_BY(mu_) = false;    // ... and is written; the sending side is closed
+  bool comm_est_ FABQ_GUARDED_BY(mu_) = false;     // COMM_EST raised
+  bool reported_ FABQ_GUARDED_BY(mu_) =
+      false;  // FI_SHUTDOWN or an error was reported for this connection
+  bool was_connected_ FABQ_GUARDED_BY(mu_) = false;  // FI_CONNECTED was reported
+  sockaddr_in peer_ FABQ_GUARDED_BY(mu_){};
+  sockaddr_in peer_name_
+      FABQ_GUARDED_BY(mu_){};  // RDM inbound: the name the peer endpoint announced
+  wire::Framer framer_ FABQ_GUARDED_BY(mu_);
   std::unique_ptr<unsigned char[]> rbuf_;
-  size_t rpos_ = 0;
-  size_t rlen_ = 0;
+  size_t rpos_ FABQ_GUARDED_BY(mu_) = 0;
+  size_t rlen_ FABQ_GUARDED_BY(mu_) = 0;
   // The frame being read.
-  Incoming in_;
-  Placement place_;
-  bool have_place_ = false;
-  size_t placed_ = 0;                        // payload bytes of this frame consumed so far
-  unsigned char cm_buf_[wire::kMaxConnReq];  // the payload of a handshake frame
+  Incoming in_ FABQ_GUARDED_BY(mu_);
+  Placement place_ FABQ_GUARDED_BY(mu_);
+  bool have_place_ FABQ_GUARDED_BY(mu_) = false;
+  size_t placed_ FABQ_GUARDED_BY(mu_) = 0;  // payload bytes of this frame consumed so far
+  unsigned char cm_buf_[wire::kMaxConnReq] FABQ_GUARDED_BY(
+      mu_);  // the payload of a handshake frame
   // Sends: a ring of submitted ops, then control frames written between data frames.
-  std::vector<TxOp*> sendq_;
-  size_t send_head_ = 0;
-  size_t send_count_ = 0;
-  std::vector<unsigned char> ctrl_;
-  size_t ctrl_off_ = 0;
-  bool mid_frame_ = false;  // the head op is partly written
+  std::vector<TxOp*> sendq_ FABQ_GUARDED_BY(mu_);
+  size_t send_head_ FABQ_GUARDED_BY(mu_) = 0;
+  size_t send_count_ FABQ_GUARDED_BY(mu_) = 0;
+  std::vector<unsigned char> ctrl_ FABQ_GUARDED_BY(mu_);
+  size_t ctrl_off_ FABQ_GUARDED_BY(mu_) = 0;
+  bool mid_frame_ FABQ_GUARDED_BY(mu_) = false;  // the head op is partly written
   // Shared memory: the segment (offered, or mapped from the peer's offer), its rings once both
   // sides agreed, and which directions moved to them. The mapping lives as long as the Conn:
   // the engine looks at the rings without the connection's lock.
   shm::Segment seg_;
-  bool shm_agreed_ = false;
+  bool shm_agreed_ FABQ_GUARDED_BY(mu_) = false;
   shm::Ring tx_ring_;
   shm::Ring rx_ring_;
-  bool tx_shm_ = false;
-  bool rx_shm_ = false;
-  bool tx_switch_pending_ = false;  // the handshake's last frame goes to the socket first
-  size_t tx_switch_at_ = 0;         // ... ending at this offset of ctrl_
-  bool peer_eof_ = false;           // the socket ended; what is left of the peer is in the ring
-  bool bell_owed_ = false;          // a doorbell waits for this side's switch to the ring
+  bool tx_shm_ FABQ_GUARDED_BY(mu_) = false;
+  bool rx_shm_ FABQ_GUARDED_BY(mu_) = false;
+  bool tx_switch_pending_ FABQ_GUARDED_BY(mu_) =
+      false;  // the handshake's last frame goes to the socket first
+  size_t tx_switch_at_ FABQ_GUARDED_BY(mu_) = 0;  // ... ending at this offset of ctrl_
+  bool peer_eof_ FABQ_GUARDED_BY(mu_) =
+      false;  // the socket ended; what is left of the peer is in the ring
+  bool bell_owed_ FABQ_GUARDED_BY(mu_) =
+      false;  // a doorbell waits for this side's switch to the ring
   // Delivery acknowledgements queued by ack_delivered_later(), sent by the next on_ready().
-  std::mutex owed_mu_;  // innermost
-  std::vector<uint32_t> owed_acks_;
+  core::Mutex owed_mu_;  // leaf
+  std::vector<uint32_t> owed_acks_ FABQ_GUARDED_BY(owed_mu_);
   std::atomic<bool> acks_owed_{false};
   // Hints for the engine (relaxed; written under mu_).
   std::atomic<bool> shm_rx_open_{false};     // the ring may be read (not stalled, not closed)

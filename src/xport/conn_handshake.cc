@@ -18,7 +18,7 @@ namespace fabq::xport {
 using handshake::Step;
 
 int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (state() != State::kIdle) return -FI_EISCONN;
   peer_ = peer;
   switch (owner_->take_net_fault()) {
@@ -113,7 +113,7 @@ void Conn::refused_locked(int err, const void* data, size_t len) {
 }
 
 void Conn::start_accepted(Acceptor* acceptor, PassiveAcceptor* passive) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   acceptor_ = acceptor;
   passive_ = passive;
   set_socket_options(fd_.get(), engine_->config().keepalive_ms);
@@ -133,7 +133,7 @@ bool Conn::in_handshake() const {
 }
 
 bool Conn::adopt(Owner* owner, const ConnParams& params) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   acceptor_ = nullptr;  // handed over: the owner owns it now
   passive_ = nullptr;
   if (state() != State::kPending || owner_ != nullptr) return false;
@@ -145,7 +145,7 @@ bool Conn::adopt(Owner* owner, const ConnParams& params) {
 }
 
 int Conn::accept(const void* data, size_t len) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (state() != State::kPending || owner_ == nullptr) {
     return state() == State::kClosed ? -FI_ECONNABORTED : -FI_EOPBADSTATE;
   }
@@ -160,7 +160,7 @@ int Conn::accept(const void* data, size_t len) {
 }
 
 int Conn::reject(const void* data, size_t len) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   acceptor_ = nullptr;  // handed over to fi_reject, which frees it
   passive_ = nullptr;
   if (state() != State::kPending) return -FI_EOPBADSTATE;

@@ -64,7 +64,7 @@ void Conn::poll_shm() {
   const bool rx = shm_rx_open_.load(std::memory_order_relaxed) && rx_ring_.readable();
   const bool tx = shm_tx_blocked_.load(std::memory_order_relaxed) && tx_ring_.writable();
   if (!rx && !tx) return;
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (state() == State::kClosed) return;
   if (tx && !flush_locked()) return;
   if (rx_shm_ && !stalled_) read_locked();

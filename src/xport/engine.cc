@@ -20,8 +20,8 @@ constexpr int kMaxEvents = 64;
 
 // Every engine of the process, so that the provider's unload can stop their threads.
 struct Engines {
-  std::mutex mu;
-  std::vector<Engine*> all;
+  core::Mutex mu;
+  std::vector<Engine*> all FABQ_GUARDED_BY(mu);
 };
 core::LazyGlobal<Engines> g_engines;
 Engines& engines() {
@@ -38,28 +38,29 @@ Engine::Engine(const TransportConfig& config)
   scheduled_.reserve(kScheduleRoom);
   running_.reserve(kScheduleRoom);
   deadlines_.reserve(kScheduleRoom);
-  std::lock_guard lock(engines().mu);
-  engines().all.push_back(this);
+  Engines& e = engines();
+  core::MutexLock lock(e.mu);
+  e.all.push_back(this);
 }
 
 Engine::~Engine() {
   {
-    std::lock_guard lock(engines().mu);
-    std::erase(engines().all, this);
+    Engines& e = engines();
+    core::MutexLock lock(e.mu);
+    std::erase(e.all, this);
   }
   stop_thread();
   // What the last round retired goes now, while the members its destructors use still exist.
   std::vector<std::unique_ptr<Pollable>> dead;
   {
-    std::lock_guard lock(sched_mu_);
+    core::MutexLock lock(sched_mu_);
     dead.swap(graveyard_);
   }
-  std::lock_guard lock(mu_);
-  dead.clear();
+  dead.clear();  // each takes the engine lock
 }
 
 void Engine::start_thread() {
-  std::lock_guard lock(thread_mu_);
+  core::MutexLock lock(thread_mu_);
   if (thread_started_.load(std::memory_order_relaxed) || stop_.load(std::memory_order_acquire)) {
     return;
   }
@@ -70,7 +71,7 @@ void Engine::start_thread() {
 void Engine::stop_thread() {
   std::thread t;
   {
-    std::lock_guard lock(thread_mu_);
+    core::MutexLock lock(thread_mu_);
     stop_.store(true, std::memory_order_release);
     t = std::move(thread_);
   }
@@ -98,7 +99,7 @@ void Engine::remove(int fd, Pollable* p) {
 }
 
 void Engine::unschedule(Pollable* p) {
-  std::lock_guard lock(sched_mu_);
+  core::MutexLock lock(sched_mu_);
   std::erase(scheduled_, p);
   std::erase_if(deadlines_, [p](const Deadline& d) { return d.p == p; });
 }
@@ -108,7 +109,7 @@ void Engine::remove_fd(int fd) {
 }
 
 void Engine::retire(std::unique_ptr<Pollable> p) {
-  std::lock_guard lock(sched_mu_);
+  core::MutexLock lock(sched_mu_);
   std::erase(scheduled_, p.get());
   std::erase_if(deadlines_, [q = p.get()](const Deadline& d) { return d.p == q; });
   graveyard_.push_back(std::move(p));
@@ -117,7 +118,7 @@ void Engine::retire(std::unique_ptr<Pollable> p) {
 
 void Engine::schedule(Pollable* p) {
   {
-    std::lock_guard lock(sched_mu_);
+    core::MutexLock lock(sched_mu_);
     if (std::find(scheduled_.begin(), scheduled_.end(), p) == scheduled_.end()) {
       scheduled_.push_back(p);
     }
@@ -128,7 +129,7 @@ void Engine::schedule(Pollable* p) {
 
 void Engine::set_deadline(Pollable* p, int64_t ns) {
   {
-    std::lock_guard lock(sched_mu_);
+    core::MutexLock lock(sched_mu_);
     std::erase_if(deadlines_, [p](const Deadline& d) { return d.p == p; });
     if (ns != 0) deadlines_.push_back({p, ns});
     has_deadlines_.store(!deadlines_.empty(), std::memory_order_release);
@@ -138,7 +139,7 @@ void Engine::set_deadline(Pollable* p, int64_t ns) {
 
 void Engine::add_shm(Conn* c) {
   {
-    std::lock_guard lock(shm_mu_);
+    core::MutexLock lock(shm_mu_);
     shm_.push_back(c);
     shm_changed_.store(true, std::memory_order_release);
     has_shm_.store(true, std::memory_order_release);
@@ -147,7 +148,7 @@ void Engine::add_shm(Conn* c) {
 }
 
 void Engine::remove_shm(Conn* c) {
-  std::lock_guard lock(shm_mu_);
+  core::MutexLock lock(shm_mu_);
   if (std::erase(shm_, c) > 0) shm_changed_.store(true, std::memory_order_release);
   has_shm_.store(!shm_.empty(), std::memory_order_release);
 }
@@ -160,7 +161,7 @@ void Engine::forget_shm(Conn* c) {
 
 void Engine::refresh_shm_locked() {
   if (!shm_changed_.load(std::memory_order_acquire)) return;
-  std::lock_guard lock(shm_mu_);
+  core::MutexLock lock(shm_mu_);
   shm_run_ = shm_;
   shm_changed_.store(false, std::memory_order_release);
 }
@@ -192,20 +193,22 @@ void Engine::kick() {
 }
 
 void Engine::progress() {
+  std::vector<std::unique_ptr<Pollable>> dead;
   if (!mu_.try_lock()) return;
-  run_locked();
+  run_locked(&dead);
   mu_.unlock();
+  dead.clear();
   after_round();
 }
 
-void Engine::run_locked() {
+void Engine::run_locked(std::vector<std::unique_ptr<Pollable>>* dead) {
   epoll_event ev[kMaxEvents];
   const int n = epoll_wait(epfd_.get(), ev, kMaxEvents, 0);
   for (int i = 0; i < n; ++i) static_cast<Pollable*>(ev[i].data.ptr)->on_ready(ev[i].events);
   if (!shm_run_.empty() || shm_changed_.load(std::memory_order_relaxed)) poll_shm_locked();
   if (has_scheduled_.load(std::memory_order_acquire)) {
     {
-      std::lock_guard lock(sched_mu_);
+      core::MutexLock lock(sched_mu_);
       running_.swap(scheduled_);  // both keep their capacity: no allocation in steady state
       has_scheduled_.store(false, std::memory_order_release);
     }
@@ -214,7 +217,7 @@ void Engine::run_locked() {
   }
   std::vector<Pollable*> due;
   if (has_deadlines_.load(std::memory_order_acquire)) {
-    std::lock_guard lock(sched_mu_);
+    core::MutexLock lock(sched_mu_);
     if (!deadlines_.empty()) {
       const int64_t t = now_ns();
       for (auto it = deadlines_.begin(); it != deadlines_.end();) {
@@ -229,13 +232,11 @@ void Engine::run_locked() {
   }
   for (Pollable* p : due) p->on_deadline();
   // Objects retired during this round: no readiness report of the round refers to them now.
+  // Freed by the caller once the engine lock is released, since their destructors take it.
   if (has_graves_.load(std::memory_order_acquire)) {
-    std::vector<std::unique_ptr<Pollable>> dead;
-    {
-      std::lock_guard lock(sched_mu_);
-      dead.swap(graveyard_);
-      has_graves_.store(false, std::memory_order_release);
-    }
+    core::MutexLock lock(sched_mu_);
+    dead->swap(graveyard_);
+    has_graves_.store(false, std::memory_order_release);
   }
 }
 
@@ -260,11 +261,11 @@ void Engine::thread_main() {
     int timeout = -1;
     if (has_shm_.load(std::memory_order_acquire)) {
       // Rings are not in the epoll set: ask their peers for a doorbell before sleeping.
-      std::lock_guard lock(mu_);
+      core::MutexLock lock(mu_);
       if (arm_shm_locked()) timeout = 0;
     }
     {
-      std::lock_guard lock(sched_mu_);
+      core::MutexLock lock(sched_mu_);
       if (has_scheduled_.load(std::memory_order_acquire)) timeout = 0;
       const int64_t t = now_ns();
       for (const Deadline& d : deadlines_) {
@@ -280,10 +281,12 @@ void Engine::thread_main() {
     // The last waiter may have left while this thread slept: then the bytes are the
     // application's to move (manual progress), not this thread's.
     if (waiters_.load(std::memory_order_acquire) == 0) continue;
+    std::vector<std::unique_ptr<Pollable>> dead;
     {
-      std::lock_guard lock(mu_);
-      run_locked();
+      core::MutexLock lock(mu_);
+      run_locked(&dead);
     }
+    dead.clear();
     after_round();
   }
 }
@@ -327,7 +330,7 @@ std::unique_ptr<Transport> make_tcp_transport(const TransportConfig& config) {
 
 void unload_tcp() {
   if (Engines* e = g_engines.if_made()) {
-    std::lock_guard lock(e->mu);
+    core::MutexLock lock(e->mu);
     for (Engine* engine : e->all) engine->stop_thread();
   }
   // Nothing of the transport runs any more: its process-wide state goes with the provider.

@@ -10,16 +10,18 @@
 #include <cstdarg>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "core/mutex.h"
+#include "core/thread_annotations.h"
 #include "core/unique_fd.h"
 #include "xport/transport.h"
 
 namespace fabq::xport {
 
-// Something whose fd is in the engine's epoll set. Called with the engine lock held.
+// Something whose fd is in the engine's epoll set. Called with the engine lock held (which the
+// analysis cannot see through the virtual call: implementations say so in their comments).
 class Pollable {
  public:
   virtual ~Pollable() = default;
@@ -60,19 +62,20 @@ class Engine final : public Transport {
   void remove_fd(int fd);
   // Forgets p's scheduled calls and deadline.
   void unschedule(Pollable* p);
-  // Frees p at the end of the current round (callbacks may retire objects of the same round).
+  // Frees p once the current round has released the engine lock (callbacks may retire
+  // objects of the same round); p's destructor takes the engine lock itself.
   void retire(std::unique_ptr<Pollable> p);
   // Asks for p->on_ready(EPOLLIN) at the next progress (a stalled connection may go on).
   void schedule(Pollable* p);
   // p->on_deadline() once monotonic time passes `ns` (0 cancels).
   void set_deadline(Pollable* p, int64_t ns);
-  std::recursive_mutex& mu() { return mu_; }
+  core::Mutex& mu() FABQ_RETURN_CAPABILITY(mu_) { return mu_; }
 
   // Connections with a shared-memory ring, looked at every round. Any thread, with or without
   // the connection's lock; forget_shm() only under the engine lock (from ~Conn).
   void add_shm(Conn* c);
   void remove_shm(Conn* c);
-  void forget_shm(Conn* c);
+  void forget_shm(Conn* c) FABQ_REQUIRES(mu_);
   // Wakes the progress thread if somebody waits (a ring it does not watch yet may fill).
   void kick_if_waiting();
   // Stops and joins the progress thread for good (the destructor, and the provider's unload);
@@ -80,46 +83,49 @@ class Engine final : public Transport {
   void stop_thread();
 
  private:
-  void run_locked();
+  // One round; what it retired is moved to *dead, to be freed once mu_ is released.
+  void run_locked(std::vector<std::unique_ptr<Pollable>>* dead) FABQ_REQUIRES(mu_);
   void after_round() const {
     if (config_.after_round != nullptr) config_.after_round(config_.after_round_arg);
   }
-  void refresh_shm_locked();
-  void poll_shm_locked();
+  void refresh_shm_locked() FABQ_REQUIRES(mu_);
+  void poll_shm_locked() FABQ_REQUIRES(mu_);
   // Before the progress thread sleeps: asks every ring for a doorbell. True if one has work
   // already (do not sleep).
-  bool arm_shm_locked();
+  bool arm_shm_locked() FABQ_REQUIRES(mu_);
   void start_thread();
   void thread_main();
   void kick();
 
   const TransportConfig config_;
-  std::recursive_mutex mu_;  // recursive: a callback may destroy a connection
+  // The engine lock (docs/locking.md #3): one round at a time, and what a round reaches is
+  // not destroyed under it (destructors take it; retired objects are freed after it).
+  core::Mutex mu_;
   core::UniqueFd epfd_;
   core::UniqueFd kick_fd_;
   static constexpr size_t kScheduleRoom = 16;
-  std::mutex sched_mu_;  // guards scheduled_, deadlines_
-  std::vector<Pollable*> scheduled_;
-  std::vector<Pollable*> running_;  // scheduled_ being run; guarded by mu_
+  core::Mutex sched_mu_;  // leaf
+  std::vector<Pollable*> scheduled_ FABQ_GUARDED_BY(sched_mu_);
+  std::vector<Pollable*> running_ FABQ_GUARDED_BY(mu_);  // scheduled_ being run
   struct Deadline {
     Pollable* p;
     int64_t ns;
   };
-  std::vector<Deadline> deadlines_;
-  std::vector<std::unique_ptr<Pollable>> graveyard_;
-  std::mutex shm_mu_;  // guards shm_; taken after a connection's lock, never before
-  std::vector<Conn*> shm_;
+  std::vector<Deadline> deadlines_ FABQ_GUARDED_BY(sched_mu_);
+  std::vector<std::unique_ptr<Pollable>> graveyard_ FABQ_GUARDED_BY(sched_mu_);
+  core::Mutex shm_mu_;  // leaf: taken after a connection's lock, never before
+  std::vector<Conn*> shm_ FABQ_GUARDED_BY(shm_mu_);
   std::atomic<bool> shm_changed_{false};
   std::atomic<bool> has_shm_{false};  // shm_ is not empty: a hint for the progress thread
-  std::vector<Conn*> shm_run_;        // shm_ as of this round; guarded by mu_ (null: destroyed)
+  std::vector<Conn*> shm_run_ FABQ_GUARDED_BY(mu_);  // shm_ as of this round (null: destroyed)
   std::atomic<bool> has_scheduled_{false};
   std::atomic<bool> has_deadlines_{false};  // hints that spare the common round a lock
   std::atomic<bool> has_graves_{false};
   std::atomic<int> waiters_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> thread_started_{false};
-  std::mutex thread_mu_;  // guards thread_ (started on the first wait, joined once)
-  std::thread thread_;
+  core::Mutex thread_mu_;
+  std::thread thread_ FABQ_GUARDED_BY(thread_mu_);  // started on the first wait, joined once
 };
 
 }  // namespace fabq::xport

@@ -54,7 +54,7 @@ int Acceptor::listen_at(const sockaddr_in& at, sockaddr_in* bound) {
   if (::listen(fd.get(), SOMAXCONN) != 0) return -FI_EIO;
   socklen_t len = sizeof(*bound);
   getsockname(fd.get(), reinterpret_cast<sockaddr*>(bound), &len);
-  std::lock_guard elock(engine_->mu());
+  core::MutexLock elock(engine_->mu());
   if (!engine_->add(fd.get(), this, EPOLLIN)) return -FI_EIO;
   fd_ = std::move(fd);
   return 0;
@@ -64,17 +64,19 @@ void Acceptor::close_locked() {
   if (fd_.valid()) engine_->remove(fd_.get(), this);  // also forgets a back-off deadline
   std::vector<std::unique_ptr<Conn>> conns;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     conns.swap(conns_);
   }
-  // Destroyed without the acceptor's lock: each takes its own, which comes first.
+  // Without the acceptor's lock: each takes its own, which comes first. The engine lock is held
+  // already, so they leave the engine here and their destructors take no lock.
+  for (const auto& c : conns) c->leave_engine_locked(engine_);
   conns.clear();
 }
 
 void Acceptor::on_ready(uint32_t) {
   size_t busy = 0;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     sweep_locked();
     for (const auto& c : conns_) busy += c->in_handshake();
   }
@@ -101,7 +103,7 @@ void Acceptor::on_ready(uint32_t) {
     std::unique_ptr<Conn> conn = make_conn(std::move(fd));
     Conn* c = conn.get();
     {
-      std::lock_guard lock(mu_);
+      core::MutexLock lock(mu_);
       conns_.push_back(std::move(conn));
     }
     start(c);
@@ -119,7 +121,7 @@ void Acceptor::on_deadline() {
 }
 
 void Acceptor::reap(Conn* c) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = std::find_if(conns_.begin(), conns_.end(), [c](const auto& p) { return p.get() == c; });
   if (it == conns_.end() || !may_free_locked(c)) return;
   engine_->retire(std::move(*it));
@@ -142,7 +144,7 @@ PassiveAcceptor::PassiveAcceptor(Engine* engine, PassiveOwner* owner, const core
     : Acceptor(engine), owner_(owner), auth_(auth) {}
 
 PassiveAcceptor::~PassiveAcceptor() {
-  std::lock_guard elock(engine_->mu());
+  core::MutexLock elock(engine_->mu());
   // Its peers see the connection close: a refusal.
   close_locked();
 }
@@ -174,7 +176,7 @@ bool PassiveAcceptor::request(Conn* conn, const sockaddr_in& peer, const void* d
 }
 
 std::unique_ptr<Connection> PassiveAcceptor::take(Connection* pending) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = std::find_if(conns_.begin(), conns_.end(),
                          [pending](const auto& p) { return p.get() == pending; });
   if (it == conns_.end()) return nullptr;
@@ -187,7 +189,7 @@ RdmListener::RdmListener(Engine* engine, Owner* owner, const ConnParams& params)
     : Acceptor(engine), owner_(owner), params_(params) {}
 
 RdmListener::~RdmListener() {
-  std::lock_guard elock(engine_->mu());
+  core::MutexLock elock(engine_->mu());
   close_locked();
 }
 
@@ -200,7 +202,7 @@ int RdmListener::getname(void* addr, size_t* len) {
 }
 
 void RdmListener::sweep() {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   sweep_locked();
 }
 

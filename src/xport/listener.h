@@ -11,10 +11,11 @@
 #include <netinet/in.h>
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "core/hmac.h"
+#include "core/mutex.h"
+#include "core/thread_annotations.h"
 #include "core/unique_fd.h"
 #include "xport/conn.h"
 #include "xport/engine.h"
@@ -56,18 +57,18 @@ class Acceptor : public Pollable {
   int listen_at(const sockaddr_in& at, sockaddr_in* bound);
   // Leaves the epoll set and frees every connection not handed over. Called by the derived
   // destructor, under the engine lock.
-  void close_locked();
+  void close_locked() FABQ_REQUIRES(engine_->mu());
   // A new connection for an accepted socket, and the start of its handshake.
   virtual std::unique_ptr<Conn> make_conn(core::UniqueFd fd) = 0;
   virtual void start(Conn* c) = 0;
   // Under mu_: whether closed connection `c` may be freed now.
-  virtual bool may_free_locked(Conn* c) = 0;
+  virtual bool may_free_locked(Conn* c) FABQ_REQUIRES(mu_) = 0;
   // Under mu_: frees the closed connections that may be.
-  void sweep_locked();
+  void sweep_locked() FABQ_REQUIRES(mu_);
 
   Engine* const engine_;
-  std::mutex mu_;  // guards conns_ and the members of derived classes that say so
-  std::vector<std::unique_ptr<Conn>> conns_;
+  core::Mutex mu_;  // docs/locking.md #8
+  std::vector<std::unique_ptr<Conn>> conns_ FABQ_GUARDED_BY(mu_);
 
  private:
   core::UniqueFd fd_;
@@ -92,7 +93,7 @@ class PassiveAcceptor final : public PassiveListener, public Acceptor {
  private:
   std::unique_ptr<Conn> make_conn(core::UniqueFd fd) override;
   void start(Conn* c) override;
-  bool may_free_locked(Conn* c) override;
+  bool may_free_locked(Conn* c) FABQ_REQUIRES(mu_) override;
 
   PassiveOwner* const owner_;
   const core::HmacSha256* const auth_;
@@ -112,7 +113,7 @@ class RdmListener final : public Listener, public Acceptor {
  private:
   std::unique_ptr<Conn> make_conn(core::UniqueFd fd) override;
   void start(Conn* c) override;
-  bool may_free_locked(Conn* c) override;
+  bool may_free_locked(Conn* c) FABQ_REQUIRES(mu_) override;
 
   Owner* const owner_;
   const ConnParams params_;
