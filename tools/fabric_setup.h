@@ -3,10 +3,10 @@
 // listening at a port the system picks, an endpoint bound and enabled, and CM events read in
 // bounded slices.
 //
-// `fabq bench`'s MSG scenarios (tools/bench/msg.cc) and the tests' harness (tests/support) open
-// their endpoints with these, so the tool and the tests take the same steps. Nothing here knows
-// GoogleTest or the bench's samples: a step that fails names the call and its return code, and
-// the caller decides what that means (a test failure, a FAILED or unsupported figure).
+// `fabq bench`'s MSG scenarios (tools/bench/msg_peer.cc) and the tests' harness (tests/support)
+// open their endpoints with these, so the tool and the tests take the same steps. Nothing here
+// knows GoogleTest or the bench's samples: a step that fails names the call and its return code,
+// and the caller decides what that means (a test failure, a FAILED or unsupported figure).
 //
 // No step waits without a bound.
 #pragma once

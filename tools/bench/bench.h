@@ -3,9 +3,10 @@
 //
 // Layout: providers.cc opens a provider's fabric and domain by name; scenarios.cc holds the
 // queue scenarios, each validating everything it reads; msg.cc (msg.h) the scenarios over
-// FI_EP_MSG connections; isolate.cc runs one provider's scenarios in a child process; stats.cc
-// reduces samples; report.cc prints the table and writes CSV, JSON and the gnuplot plot;
-// bench.cc parses options and interleaves the providers.
+// FI_EP_MSG connections, msg_peer.cc (msg_peer.h) those connections; isolate.cc runs one
+// provider's scenarios in a child process; stats.cc reduces samples; report.cc prints the table
+// and writes CSV, JSON and the gnuplot plot; bench.cc parses options and interleaves the
+// providers.
 #pragma once
 
 #include <rdma/fabric.h>
