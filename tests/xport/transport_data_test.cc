@@ -1,0 +1,226 @@
+// Data through the TCP transport (transport_harness.h): messages of 0 B to 1 MiB in several
+// iovecs both ways, tags and remote data, tx_written, the kTransmit and kDelivery
+// acknowledgements (now, or when the owner says), truncation to a placement's capacity,
+// take_retry(); and back-pressure: a receiver that refuses placements stalls its connection,
+// the sender's writes stop, nothing is lost and all arrives in order after resume().
+#include <gtest/gtest.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_eq.h>
+
+#include <string>
+#include <vector>
+
+#include "transport_harness.h"
+
+namespace fabq::xport::testing {
+namespace {
+
+INSTANTIATE_TEST_SUITE_P(, TransportTest, ::testing::Values(false, true), tcp_or_shm);
+
+// =============================================================================================
+// Data
+
+TEST_P(TransportTest, MessagesOfEverySizeArriveIntactAndAreReportedWritten) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  Outbox out;
+  std::vector<TxOp*> ops = {
+      out.make("", 1),
+      out.tagged(pattern(1, 2), 2, 0x1122334455667788),
+      out.with_data(out.make(pattern(4096, 3), 3, 2), 0xdeadbeefcafef00d),
+      out.with_data(out.tagged(pattern(1u << 20, 4), 4, 0xfeed, 4), 0x0102030405060708),
+  };
+  EXPECT_EQ(ops[3]->iov_count, 4u);
+  for (TxOp* op : ops) ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), op));
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 4 && client_.written_count() == 4; }))
+      << server_.received_count() << " received, " << client_.written_count() << " written";
+  const std::vector<Received> got = server_.received();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    SCOPED_TRACE("message " + std::to_string(i));
+    const Incoming& in = got[i].in;
+    EXPECT_EQ(in.seq, ops[i]->seq);
+    EXPECT_EQ(in.len, ops[i]->len);
+    EXPECT_EQ(in.tagged, ops[i]->tagged);
+    EXPECT_EQ(in.tag, ops[i]->tagged ? ops[i]->tag : 0);
+    EXPECT_EQ(in.has_data, ops[i]->has_data);
+    EXPECT_EQ(in.data, ops[i]->has_data ? ops[i]->data : 0);
+    EXPECT_EQ(in.ack, AckWanted::kNone);
+    EXPECT_EQ(in.from.sin_family, AF_UNSPEC) << "MSG messages carry no name";
+    EXPECT_TRUE(got[i].bytes == out.payload(i)) << "payload of " << in.len << " bytes differs";
+  }
+  EXPECT_EQ(client_.written(), std::vector<const TxOp*>(ops.begin(), ops.end()));
+  // The first message established the connection on the receiving side.
+  EXPECT_EQ(asyncs(server_), std::vector<std::string>{"COMM_EST"});
+  EXPECT_EQ(asyncs(client_), std::vector<std::string>{});
+  // And the other way, on the same connection.
+  Outbox back;
+  ASSERT_NO_FATAL_FAILURE(send(server_, p.server.get(), back.make(pattern(70000, 5), 1, 3)));
+  ASSERT_TRUE(pump([&] { return client_.received_count() == 1; }));
+  EXPECT_TRUE(client_.received()[0].bytes == back.payload(0));
+  EXPECT_EQ(server_.written_count(), 1u);
+  EXPECT_EQ(client_.ack_count() + server_.ack_count(), 0u) << "kInject waits for no ack";
+}
+
+TEST_P(TransportTest, TransmitAndDeliveryCompletionsAreAcknowledged) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  Outbox out;
+  ASSERT_NO_FATAL_FAILURE(
+      send(client_, p.client.get(), out.make("inject", 10, 1, TxLevel::kInject)));
+  ASSERT_NO_FATAL_FAILURE(
+      send(client_, p.client.get(), out.make("transmit", 11, 1, TxLevel::kTransmit)));
+  ASSERT_NO_FATAL_FAILURE(
+      send(client_, p.client.get(), out.make(pattern(100000, 1), 12, 3, TxLevel::kDelivery)));
+  ASSERT_TRUE(pump([&] { return client_.ack_count() == 2 && server_.received_count() == 3; }));
+  settle(milliseconds(30));
+  const std::vector<AckRecord> acks = client_.acks();
+  ASSERT_EQ(acks.size(), 2u);
+  EXPECT_EQ(acks[0].conn, p.client.get());
+  EXPECT_EQ(acks[0].seq, 11u);
+  EXPECT_FALSE(acks[0].delivered);
+  EXPECT_EQ(acks[1].conn, p.client.get());
+  EXPECT_EQ(acks[1].seq, 12u);
+  EXPECT_TRUE(acks[1].delivered);
+  const std::vector<Received> got = server_.received();
+  EXPECT_EQ(got[0].in.ack, AckWanted::kNone);
+  EXPECT_EQ(got[1].in.ack, AckWanted::kReceived);
+  EXPECT_EQ(got[2].in.ack, AckWanted::kDelivered);
+  EXPECT_TRUE(got[2].bytes == out.payload(2));
+  EXPECT_EQ(client_.written_count(), 3u);
+  EXPECT_EQ(asyncs(client_), std::vector<std::string>{}) << "every ack named a send";
+}
+
+TEST_P(TransportTest, DeliveryAcknowledgementWaitsUntilTheOwnerSaysDelivered) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  server_.set_deliver_now(false);  // buffered: delivered when the application takes it
+  Outbox out;
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), out.make("a", 20, 1, TxLevel::kDelivery)));
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), out.make("b", 21, 1, TxLevel::kDelivery)));
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), out.make("c", 22, 1, TxLevel::kTransmit)));
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 3 && client_.ack_count() == 1; }));
+  settle(milliseconds(50));
+  ASSERT_EQ(client_.ack_count(), 1u) << "a delivery ack before the owner said delivered";
+  EXPECT_EQ(client_.acks()[0].seq, 22u) << "kTransmit does not wait for the delivery";
+  EXPECT_FALSE(client_.acks()[0].delivered);
+  p.server->ack_delivered(20);
+  ASSERT_TRUE(pump([&] { return client_.ack_count() == 2; }));
+  EXPECT_EQ(client_.acks()[1].seq, 20u);
+  EXPECT_TRUE(client_.acks()[1].delivered);
+  p.server->ack_delivered_later(21);
+  ASSERT_TRUE(pump([&] { return client_.ack_count() == 3; }));
+  EXPECT_EQ(client_.acks()[2].seq, 21u);
+  EXPECT_TRUE(client_.acks()[2].delivered);
+  settle(milliseconds(30));
+  EXPECT_EQ(client_.ack_count(), 3u);
+  EXPECT_EQ(asyncs(client_), std::vector<std::string>{});
+}
+
+TEST_P(TransportTest, TruncatedMessageFillsTheCapacityAndTheNextArrivesWhole) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  Outbox out;
+  struct Case {
+    size_t capacity;
+    size_t len;
+  };
+  // Small messages go through the read buffer; large ones straight into the placement.
+  const Case cases[] = {{100, 5000}, {20000, 300000}, {SIZE_MAX, 10}, {0, 64}, {SIZE_MAX, 4097}};
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    SCOPED_TRACE("message " + std::to_string(i));
+    server_.set_capacity(cases[i].capacity);
+    ASSERT_NO_FATAL_FAILURE(
+        send(client_, p.client.get(),
+             out.make(pattern(cases[i].len, 100 + i), static_cast<uint32_t>(i), 3)));
+    ASSERT_TRUE(pump([&] { return server_.received_count() == i + 1; }));
+    const Received got = server_.received()[i];
+    EXPECT_EQ(got.in.len, cases[i].len) << "the message's length, not what was kept";
+    EXPECT_TRUE(got.bytes == out.payload(i).substr(0, cases[i].capacity))
+        << got.bytes.size() << " bytes kept";
+  }
+  EXPECT_EQ(asyncs(server_), std::vector<std::string>{"COMM_EST"});
+}
+
+TEST_P(TransportTest, TakeRetryMakesAStalledConnectionTryAgainEveryRound) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  server_.set_accepting(false);
+  server_.set_take_retry(true);  // only a full completion queue stands in the way
+  Outbox out;
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), out.make("retry me", 1)));
+  ASSERT_TRUE(pump([&] { return server_.refused_places() >= 5; }))
+      << "place() asked again without resume(): " << server_.refused_places();
+  EXPECT_EQ(server_.received_count(), 0u);
+  server_.set_accepting(true);  // no resume(): the retry finds room
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 1; }));
+  EXPECT_EQ(server_.received()[0].bytes, "retry me");
+}
+
+// =============================================================================================
+// Back-pressure
+
+TEST_P(TransportTest, RefusedPlaceStallsTheConnectionUntilResumeAndNothingIsLost) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  server_.set_accepting(false);  // no receive posted
+  constexpr size_t kSize = 256 * 1024;
+  constexpr uint32_t kMax = 128;  // 32 MiB: far beyond what the kernel buffers on loopback
+  Outbox out;
+  uint32_t submitted = 0;
+  size_t last_written = 0;
+  auto last_change = Clock::now();
+  int rounds_since_change = 0;
+  const auto end = Clock::now() + kTimeout;
+  // Sends go out one after the other, each once the one before is written, until one is not
+  // written for 100 ms and 200 progress rounds: the receiver's buffers and the sender's are
+  // full.
+  for (;;) {
+    const size_t w = client_.written_count();
+    if (w != last_written) {
+      last_written = w;
+      last_change = Clock::now();
+      rounds_since_change = 0;
+    }
+    if (w == submitted) {
+      ASSERT_LT(submitted, kMax) << "never stalled: " << submitted << " sends written";
+      ++submitted;
+      ASSERT_NO_FATAL_FAILURE(
+          send(client_, p.client.get(), out.make(pattern(kSize, submitted), submitted, 2)));
+      last_change = Clock::now();
+      rounds_since_change = 0;
+    } else if (rounds_since_change >= 200 && Clock::now() - last_change > milliseconds(100)) {
+      break;
+    }
+    ASSERT_LT(Clock::now(), end) << "tx_written kept advancing";
+    t_->progress();
+    ++rounds_since_change;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  ASSERT_LT(client_.written_count(), submitted);
+  // Stalled: nothing moves, and place() is not asked again without resume().
+  const size_t refused = server_.refused_places();
+  EXPECT_GE(refused, 1u);
+  const size_t written = client_.written_count();
+  settle(milliseconds(100));
+  EXPECT_EQ(client_.written_count(), written);
+  EXPECT_EQ(server_.received_count(), 0u);
+  EXPECT_EQ(server_.refused_places(), refused);
+  EXPECT_GE(server_.retries_asked(), 1u);
+  // Room at last: everything arrives, in order, intact.
+  server_.set_accepting(true);
+  p.server->resume();
+  ASSERT_TRUE(pump([&] {
+    return server_.received_count() == submitted && client_.written_count() == submitted;
+  })) << server_.received_count()
+      << " of " << submitted << " received";
+  const std::vector<Received> got = server_.received();
+  for (uint32_t i = 0; i < submitted; ++i) {
+    ASSERT_EQ(got[i].in.seq, i + 1);
+    ASSERT_TRUE(got[i].bytes == out.payload(i)) << "message " << i + 1 << " damaged";
+  }
+  EXPECT_EQ(asyncs(server_), std::vector<std::string>{"COMM_EST"});
+  EXPECT_EQ(server_.unplaced(), 0u);
+}
+
+}  // namespace
+}  // namespace fabq::xport::testing
