@@ -1,0 +1,261 @@
+// A shared-memory Segment as its two sides see it: its name, nonce and mapping after create()
+// and open(), what open() refuses, unlink(), destruction and moves.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "core/unique_fd.h"
+
+#include "shm_util.h"
+
+namespace fabq::xport::shm {
+namespace {
+
+// An id of this process that Segment::create() will not hand out in a test (its counter starts
+// at 1 and a test makes a handful).
+uint64_t unused_id(uint32_t n = 0xfffffff0u) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(getpid())) << 32) | n;
+}
+
+TEST(ShmSegment, ADefaultSegmentIsInvalid) {
+  EXPECT_FALSE(Segment().valid());
+}
+
+TEST(ShmSegment, CreateGivesAValidSegmentWithANonzeroNonceAndAPrivateName) {
+  const Segment s = Segment::create();
+  ASSERT_TRUE(s.valid());
+  EXPECT_NE(s.nonce(), 0u);
+  EXPECT_EQ(s.id() >> 32, static_cast<uint32_t>(getpid())) << "the id names the creator";
+  struct stat st {};
+  ASSERT_EQ(::stat(shm_path(s.id()).c_str(), &st), 0) << shm_path(s.id());
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_uid, geteuid());
+  EXPECT_TRUE(s.tx(true).valid());
+  EXPECT_TRUE(s.rx(true).valid());
+}
+
+TEST(ShmSegment, TwoCreatedSegmentsHaveDifferentIdsAndNonces) {
+  const Segment a = Segment::create();
+  const Segment b = Segment::create();
+  ASSERT_TRUE(a.valid());
+  ASSERT_TRUE(b.valid());
+  EXPECT_NE(a.id(), b.id());
+  EXPECT_NE(a.nonce(), b.nonce());
+}
+
+TEST(ShmSegment, AFreshSegmentHasBothRingsEmptyAndWritable) {
+  const Segment s = Segment::create();
+  ASSERT_TRUE(s.valid());
+  for (const bool connecting : {true, false}) {
+    Ring rx = s.rx(connecting);
+    EXPECT_FALSE(rx.readable()) << "connecting " << connecting;
+    EXPECT_TRUE(rx.writable()) << "connecting " << connecting;
+    const unsigned char* p = nullptr;
+    size_t contiguous = 1;
+    size_t avail = 1;
+    EXPECT_EQ(rx.peek(&p, &contiguous, &avail), Status::kOk);
+    EXPECT_EQ(avail, 0u);
+    EXPECT_EQ(contiguous, 0u);
+  }
+}
+
+TEST(ShmSegment, OpenWithIdAndNonceMapsTheSameMemoryInBothDirections) {
+  const Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  const Segment acceptor = Segment::open(creator.id(), creator.nonce());
+  ASSERT_TRUE(acceptor.valid());
+  EXPECT_EQ(acceptor.id(), creator.id());
+  EXPECT_EQ(acceptor.nonce(), creator.nonce());
+
+  // Connecting side to accepting side.
+  Ring c_tx = creator.tx(true);
+  Ring a_rx = acceptor.rx(false);
+  const Bytes there = pattern(1000, 1);
+  ASSERT_EQ(write_bytes(c_tx, there), there.size());
+  EXPECT_TRUE(a_rx.readable());
+  EXPECT_FALSE(creator.rx(true).readable()) << "the other direction is another ring";
+  EXPECT_EQ(read_all(a_rx), there);
+
+  // Accepting side to connecting side.
+  Ring a_tx = acceptor.tx(false);
+  Ring c_rx = creator.rx(true);
+  const Bytes back = pattern(777, 2);
+  ASSERT_EQ(write_bytes(a_tx, back), back.size());
+  EXPECT_TRUE(c_rx.readable());
+  EXPECT_FALSE(a_rx.readable());
+  EXPECT_EQ(read_all(c_rx), back);
+
+  // The control blocks are shared too: a consumer's request for a doorbell reaches the
+  // producer on the other side.
+  EXPECT_FALSE(a_rx.arm_consumer());
+  bool bell = false;
+  ASSERT_EQ(write_bytes(c_tx, Bytes{1, 2, 3}, &bell), 3u);
+  EXPECT_TRUE(bell);
+}
+
+TEST(ShmSegment, OpenWithAWrongNonceIsInvalidAndLeavesTheNameForTheRightOne) {
+  const Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  EXPECT_FALSE(Segment::open(creator.id(), creator.nonce() ^ 1).valid());
+  EXPECT_FALSE(Segment::open(creator.id(), ~creator.nonce()).valid());
+  EXPECT_FALSE(Segment::open(creator.id(), 0).valid());
+  EXPECT_TRUE(name_exists(creator.id())) << "a failed open does not take the name away";
+  EXPECT_TRUE(Segment::open(creator.id(), creator.nonce()).valid());
+}
+
+TEST(ShmSegment, OpenOfAnIdNobodyCreatedIsInvalid) {
+  const uint64_t id = unused_id();
+  ASSERT_FALSE(name_exists(id));
+  EXPECT_FALSE(Segment::open(id, 12345).valid());
+  const Segment s = Segment::create();
+  ASSERT_TRUE(s.valid());
+  EXPECT_FALSE(Segment::open(s.id() + 1, s.nonce()).valid()) << "the next id is nobody's yet";
+}
+
+// A shm object of the segment's name pattern made by hand: the accepting side must not map
+// whatever happens to carry the name. Held as a creator holds its name, so that another
+// process's sweep leaves it alone while the test runs.
+class HandMadeObject {
+ public:
+  HandMadeObject(uint64_t id, off_t size)
+      : name_("/fabq-" + std::to_string(id >> 32) + "-" + std::to_string(id & 0xffffffffu)),
+        fd_(shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) {
+    ok_ = fd_.valid() && flock(fd_.get(), LOCK_SH) == 0 && ftruncate(fd_.get(), size) == 0;
+  }
+  ~HandMadeObject() {
+    if (fd_.valid()) shm_unlink(name_.c_str());
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  std::string name_;
+  core::UniqueFd fd_;
+  bool ok_ = false;
+};
+
+TEST(ShmSegment, CreateTakesTheNextNameWhenAProcessOfAnotherPidNamespaceHasIt) {
+  // The next two names of this process's counter, made first by somebody else: a process of
+  // another PID namespace whose pid has the same number.
+  const Segment first = Segment::create();
+  ASSERT_TRUE(first.valid());
+  const HandMadeObject taken(first.id() + 1, 4096);
+  const HandMadeObject also_taken(first.id() + 2, 4096);
+  ASSERT_TRUE(taken.ok());
+  ASSERT_TRUE(also_taken.ok());
+  const Segment s = Segment::create();
+  ASSERT_TRUE(s.valid()) << "shared memory given up over a taken name";
+  EXPECT_EQ(s.id(), first.id() + 3);
+  EXPECT_TRUE(Segment::open(s.id(), s.nonce()).valid());
+}
+
+TEST(ShmSegment, OpenRefusesAnObjectOfTheWrongSize) {
+  const uint64_t id = unused_id(0xfffffff1u);
+  const HandMadeObject obj(id, 4096);
+  ASSERT_TRUE(obj.ok());
+  EXPECT_FALSE(Segment::open(id, 1).valid());
+}
+
+TEST(ShmSegment, OpenRefusesAnObjectOfTheRightSizeWithoutTheSegmentHeader) {
+  off_t size = 0;
+  {
+    const Segment real = Segment::create();
+    ASSERT_TRUE(real.valid());
+    struct stat st {};
+    ASSERT_EQ(::stat(shm_path(real.id()).c_str(), &st), 0);
+    size = st.st_size;
+  }
+  const uint64_t id = unused_id(0xfffffff2u);
+  const HandMadeObject obj(id, size);  // all zeros: no magic, nonce 0
+  ASSERT_TRUE(obj.ok());
+  EXPECT_FALSE(Segment::open(id, 1).valid());
+  EXPECT_TRUE(name_exists(id));
+}
+
+TEST(ShmSegment, OpenRemovesTheNameSoASecondOpenFails) {
+  const Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  ASSERT_TRUE(name_exists(creator.id()));
+  const Segment first = Segment::open(creator.id(), creator.nonce());
+  ASSERT_TRUE(first.valid());
+  EXPECT_FALSE(name_exists(creator.id())) << shm_path(creator.id());
+  EXPECT_FALSE(Segment::open(creator.id(), creator.nonce()).valid());
+}
+
+TEST(ShmSegment, UnlinkOnTheCreatorRemovesTheNameAndKeepsTheMapping) {
+  Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  creator.unlink();
+  EXPECT_FALSE(name_exists(creator.id())) << shm_path(creator.id());
+  EXPECT_FALSE(Segment::open(creator.id(), creator.nonce()).valid());
+  EXPECT_TRUE(creator.valid());
+  Ring tx = creator.tx(true);
+  ASSERT_EQ(write_bytes(tx, Bytes{7, 8, 9}), 3u);
+  EXPECT_TRUE(tx.readable());
+  creator.unlink();  // a second time does nothing
+  EXPECT_TRUE(creator.valid());
+}
+
+TEST(ShmSegment, DestroyingACreatedButNeverOpenedSegmentRemovesItsName) {
+  uint64_t id = 0;
+  {
+    const Segment s = Segment::create();
+    ASSERT_TRUE(s.valid());
+    id = s.id();
+    ASSERT_TRUE(name_exists(id)) << shm_path(id);
+  }
+  EXPECT_FALSE(name_exists(id)) << shm_path(id);
+}
+
+TEST(ShmSegment, DestroyingTheAcceptingSideLeavesTheCreatorsMappingWhole) {
+  const Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  {
+    const Segment acceptor = Segment::open(creator.id(), creator.nonce());
+    ASSERT_TRUE(acceptor.valid());
+    Ring a_tx = acceptor.tx(false);
+    ASSERT_EQ(write_bytes(a_tx, Bytes{4, 5, 6}), 3u);
+  }
+  Ring c_rx = creator.rx(true);
+  EXPECT_EQ(read_all(c_rx), (Bytes{4, 5, 6}));
+}
+
+TEST(ShmSegment, AMovedSegmentTakesItsNameAlongAndTheSourceBecomesInvalid) {
+  Segment a = Segment::create();
+  ASSERT_TRUE(a.valid());
+  const uint64_t id = a.id();
+  const uint64_t nonce = a.nonce();
+  {
+    Segment b(std::move(a));
+    EXPECT_FALSE(a.valid());  // the moved-from state is what is checked
+    ASSERT_TRUE(b.valid());
+    EXPECT_EQ(b.id(), id);
+    EXPECT_EQ(b.nonce(), nonce);
+    a = Segment();  // destroying or replacing the moved-from segment leaves the name
+    EXPECT_TRUE(name_exists(id));
+  }
+  EXPECT_FALSE(name_exists(id)) << "the new owner unlinked it";
+}
+
+TEST(ShmSegment, MoveAssignmentOverACreatedSegmentRemovesTheOldName) {
+  Segment a = Segment::create();
+  Segment b = Segment::create();
+  ASSERT_TRUE(a.valid());
+  ASSERT_TRUE(b.valid());
+  const uint64_t old_id = a.id();
+  const uint64_t new_id = b.id();
+  a = std::move(b);
+  EXPECT_FALSE(name_exists(old_id));
+  EXPECT_TRUE(name_exists(new_id));
+  EXPECT_EQ(a.id(), new_id);
+  EXPECT_TRUE(a.valid());
+}
+
+}  // namespace
+}  // namespace fabq::xport::shm
