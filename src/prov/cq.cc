@@ -156,11 +156,10 @@ void Cq::drive(size_t want) {
   progress(domain_->fabric());
 }
 
-void Cq::inject_error(int err, int prov_errno) {
+bool Cq::inject_error(int err, int prov_errno) {
   core::CompletionError e{.err = err, .prov_errno = prov_errno};
   // No room for it is a real overrun: the CQ says so itself and with CQ_ERR.
-  if (!queue_->write_error(e).ok() && !queue_->overrun())
-    raise(domain_, this, FI_FABQ_EVENT_CQ_ERR);
+  return !queue_->write_error(e).ok() && !queue_->overrun();
 }
 
 int open_cq(fid_domain* domain_fid, fi_cq_attr* attr, fid_cq** out, void* context) {

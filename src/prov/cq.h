@@ -45,7 +45,9 @@ class Cq final : public Object, public AsyncTarget {
   [[nodiscard]] std::vector<uint32_t> complete(const core::Completion& c);
   [[nodiscard]] std::vector<uint32_t> complete_error(const core::CompletionError& e);
   // An error completion with no operation (op_context NULL), as fault injection writes it.
-  void inject_error(int err, int prov_errno);
+  // True when it found no room and the CQ was not overrun already: a real overrun, which the
+  // caller (holding the domain's lock) raises as CQ_ERR.
+  [[nodiscard]] bool inject_error(int err, int prov_errno);
   // What every read does first: drives the transport (xport/transport.h), unless the CQ
   // already holds the `want` entries the read asks for (0: always).
   void drive(size_t want = 0);

@@ -37,7 +37,7 @@ struct DomainOps {
     Eq* eq = Eq::from_fid(bfid);
     if (eq == nullptr) return -FI_EINVAL;
     if ((flags & ~FI_REG_MR) != 0) return -FI_EBADFLAGS;
-    std::lock_guard lock(d->mu_);
+    core::MutexLock lock(d->mu_);
     if (d->eq_ != nullptr) return -FI_EBUSY;
     d->eq_ = eq;
     d->eq_flags_ = flags;
@@ -131,14 +131,14 @@ bool Domain::acquire_cntr_slot() {
 }
 
 Eq* Domain::eq() {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return eq_;
 }
 
 void Domain::register_target(AsyncTarget* t) {
   std::vector<Pending> later;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     t->serial_ = next_serial_++;
     t->index_ = opened_[static_cast<int>(t->kind())]++;
     targets_.push_back(t);
@@ -154,7 +154,7 @@ void Domain::unregister_target_locked(AsyncTarget* t) {
 void Domain::add_rules(const std::vector<core::FaultRule>& rules) {
   std::vector<Pending> later;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     for (const core::FaultRule& rule : rules) {
       auto r = std::make_shared<const core::FaultRule>(rule);
       rules_.push_back(r);
@@ -169,7 +169,7 @@ int Domain::set_target_name(AsyncTarget* t, const char* name) {
   if (name == nullptr || name[0] == '\0' || std::strlen(name) > 63) return -FI_EINVAL;
   std::vector<Pending> later;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     if (t->name_ == name) return 0;
     t->name_ = name;
     for (const auto& r : rules_) {
@@ -190,7 +190,7 @@ void Domain::arm_locked(AsyncTarget* t, const std::shared_ptr<const core::FaultR
     if (!by_index && !by_name) return;
   }
   {
-    std::lock_guard lock(t->fault_mu_);
+    core::MutexLock lock(t->fault_mu_);
     for (const ArmedFault& a : t->armed_) {
       if (a.rule == rule) return;  // a renamed object keeps what it has
     }
@@ -220,35 +220,37 @@ AsyncTarget* Domain::find_target_locked(uint64_t serial) {
   return nullptr;
 }
 
-void Domain::fire_timed(uint64_t serial, const std::shared_ptr<const core::FaultRule>& rule) {
-  std::lock_guard lock(mu_);
+uint32_t Domain::fire_timed_locked(uint64_t serial,
+                                   const std::shared_ptr<const core::FaultRule>& rule,
+                                   bool* again) {
   AsyncTarget* t = find_target_locked(serial);
-  if (t == nullptr) return;
+  if (t == nullptr) return 0;
   bool fire = false;
-  bool again = false;
   {
-    std::lock_guard flock(t->fault_mu_);
+    core::MutexLock flock(t->fault_mu_);
     for (ArmedFault& a : t->armed_) {
       if (a.rule != rule) continue;
       fire = a.trigger.fire_once();
-      again = rule->when == core::FaultWhen::kMs && !a.trigger.exhausted();
+      *again = rule->when == core::FaultWhen::kMs && !a.trigger.exhausted();
       break;
     }
   }
-  if (fire) fire_locked(t, *rule);
-  if (again) Registry::get().schedule(id_, rule->ms, serial, rule);
+  return fire ? fire_locked(t, *rule) : 0;
 }
 
-void Domain::fire_locked(AsyncTarget* t, const core::FaultRule& rule) {
+uint32_t Domain::fire_locked(AsyncTarget* t, const core::FaultRule& rule) {
   if (rule.what == core::FaultWhat::kEvent) {
-    raise(this, t, rule.event);
+    if (is_device_event(rule.event)) return rule.event;
+    raise_locked(t, rule.event);
   } else if (rule.what == core::FaultWhat::kNet) {
     t->arm_net_fault(rule.net);
   } else if (t->kind() == core::FaultTargetKind::kEndpoint) {
     t->arm_next_failure(rule.err, rule.prov_errno);
   } else if (t->kind() == core::FaultTargetKind::kCq) {
-    static_cast<Cq*>(t)->inject_error(rule.err, rule.prov_errno);
+    auto* cq = static_cast<Cq*>(t);
+    if (cq->inject_error(rule.err, rule.prov_errno)) raise_locked(cq, FI_FABQ_EVENT_CQ_ERR);
   }
+  return 0;
 }
 
 void Domain::note_operation() {

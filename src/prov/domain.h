@@ -19,18 +19,20 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/async_channel.h"
+#include "core/async_event.h"
 #include "core/fault_spec.h"
+#include "core/mutex.h"
 #include "prov/events.h"
 #include "prov/object.h"
 #include "xport/transport.h"
 
 namespace fabq::prov {
 
+class Cq;
 class Eq;
 class Fabric;
 
@@ -46,8 +48,8 @@ class Domain final : public Object, public AsyncTarget {
   const std::string& name() const { return name_; }
   core::AsyncChannel& channel() { return *channel_; }
   uint64_t id() const { return id_; }
-  // The EQ bound with fi_domain_bind, or null.
-  Eq* eq();
+  // The EQ bound with fi_domain_bind, or null. Takes mu_.
+  Eq* eq() FABQ_EXCLUDES(mu_);
   // domain_attr->av_type of the fi_info it was opened with: the only AV type it opens, unless
   // FI_AV_UNSPEC (prov/av.h).
   int av_type() const { return av_type_; }
@@ -58,15 +60,17 @@ class Domain final : public Object, public AsyncTarget {
 
   // Fault targets: register when an endpoint, CQ or SRX is fully open (rules that name it
   // fire or arm now); unregister at its close, holding mu_ (see close_target()).
-  void register_target(AsyncTarget* t);
-  void unregister_target_locked(AsyncTarget* t);
+  // register_target, add_rules and set_target_name take mu_, then fire or schedule what the
+  // rules ask for now through the registry (whose lock comes first) once it is released: the
+  // caller holds no provider lock.
+  void register_target(AsyncTarget* t) FABQ_EXCLUDES(mu_);
+  void unregister_target_locked(AsyncTarget* t) FABQ_REQUIRES(mu_);
   // Installs rules; those with a matching open target arm or fire at once.
-  void add_rules(const std::vector<core::FaultRule>& rules);
-  int set_target_name(AsyncTarget* t, const char* name);
-  // An object was opened on the domain: the domain's operation for ops=/prob= rules.
+  void add_rules(const std::vector<core::FaultRule>& rules) FABQ_EXCLUDES(mu_);
+  int set_target_name(AsyncTarget* t, const char* name) FABQ_EXCLUDES(mu_);
+  // An object was opened on the domain: the domain's operation for ops=/prob= rules. Raises
+  // what they decide: the caller holds no provider lock (prov/events.h raise()).
   void note_operation();
-  // Called by the registry's timer with its lock held.
-  void fire_timed(uint64_t serial, const std::shared_ptr<const core::FaultRule>& rule);
 
   bool acquire_cq_slot();
   void release_cq_slot() { cqs_.fetch_sub(1, std::memory_order_relaxed); }
@@ -83,13 +87,32 @@ class Domain final : public Object, public AsyncTarget {
     uint64_t serial;
     std::shared_ptr<const core::FaultRule> rule;
   };
+  // One event to raise on one of the domain's targets.
+  struct Raised {
+    AsyncTarget* target;
+    uint32_t type;
+  };
   // Arms `rule` on `t` if it names it; kNow and kMs rules are queued in `later`, to be fired
   // or scheduled once mu_ is released (the registry's lock comes first).
   void arm_locked(AsyncTarget* t, const std::shared_ptr<const core::FaultRule>& rule,
-                  std::vector<Pending>* later);
-  void run_pending(const std::vector<Pending>& later);
-  AsyncTarget* find_target_locked(uint64_t serial);
-  void fire_locked(AsyncTarget* t, const core::FaultRule& rule);
+                  std::vector<Pending>* later) FABQ_REQUIRES(mu_);
+  void run_pending(const std::vector<Pending>& later) FABQ_EXCLUDES(mu_);
+  AsyncTarget* find_target_locked(uint64_t serial) FABQ_REQUIRES(mu_);
+  // Registry::fire, holding the registry's lock and mu_: fires `rule` on the target with this
+  // serial if it is still open and the rule still armed there. Returns the port or device event
+  // it raises (0: none), which the registry raises once mu_ is released (a device's events
+  // reach every domain on it, each under its own lock); *again: a kMs rule to schedule again.
+  uint32_t fire_timed_locked(uint64_t serial, const std::shared_ptr<const core::FaultRule>& rule,
+                             bool* again) FABQ_REQUIRES(mu_);
+  // Applies `rule` to `t` now; returns the port or device event it raises, as above.
+  uint32_t fire_locked(AsyncTarget* t, const core::FaultRule& rule) FABQ_REQUIRES(mu_);
+  // prov/events.h raise() of an event that is not a port or device event, under the caller's
+  // one acquisition of mu_: delivers it and applies its effects, and theirs (events.cc).
+  void raise_locked(AsyncTarget* t, uint32_t type) FABQ_REQUIRES(mu_);
+  // One event of raise_locked(); the events its effects raise in turn are appended to `more`.
+  void apply_locked(const Raised& e, std::vector<Raised>* more) FABQ_REQUIRES(mu_);
+  // An event on a CQ: delivered on the domain's EQ; the CQ enters its overrun state.
+  void apply_cq_locked(Cq* cq, const core::AsyncKind& kind) FABQ_REQUIRES(mu_);
 
   FidBox<fid_domain> box_;
   Fabric* const fabric_;
@@ -99,15 +122,17 @@ class Domain final : public Object, public AsyncTarget {
   std::atomic<size_t> cqs_{0};
   std::atomic<size_t> cntrs_{0};
   std::atomic<bool> failed_{false};
-  uint64_t id_ = 0;  // set by Registry::attach
-  std::recursive_mutex mu_;
-  Eq* eq_ = nullptr;  // bound EQ; guarded by mu_
-  uint64_t eq_flags_ = 0;
-  // Guarded by mu_:
-  std::vector<std::shared_ptr<const core::FaultRule>> rules_;
-  std::vector<AsyncTarget*> targets_;
-  int64_t opened_[4] = {};  // per core::FaultTargetKind: how many were opened
-  uint64_t next_serial_ = 1;
+  uint64_t id_ = 0;  // set by Registry::attach, before anything can look the domain up
+  // After the registry's lock and before the transport's and the endpoints' (docs/locking.md).
+  // Also guards AsyncTarget::name_ of its targets, which the analysis cannot name from there.
+  core::Mutex mu_;
+  Eq* eq_ FABQ_GUARDED_BY(mu_) = nullptr;  // bound EQ
+  uint64_t eq_flags_ FABQ_GUARDED_BY(mu_) = 0;
+  std::vector<std::shared_ptr<const core::FaultRule>> rules_ FABQ_GUARDED_BY(mu_);
+  std::vector<AsyncTarget*> targets_ FABQ_GUARDED_BY(mu_);
+  // Per core::FaultTargetKind: how many were opened.
+  int64_t opened_[4] FABQ_GUARDED_BY(mu_) = {};
+  uint64_t next_serial_ FABQ_GUARDED_BY(mu_) = 1;
   xport::Transport* auto_progress_ = nullptr;  // FI_PROGRESS_AUTO: the transport kept running
 };
 
@@ -120,13 +145,17 @@ template <class T>
 int close_target(T* o) {
   if (o == nullptr) return -FI_EINVAL;
   Domain* d = o->domain();
-  std::lock_guard lock(d->mu_);
-  core::Status s = d->channel().retire(o->tracker(), [&]() -> core::Status {
+  // Held until it is destroyed: an event raised under mu_ (Domain::raise_locked; an SRX's
+  // failure reaches its endpoints through the SRX, not the targets) never finds it half gone.
+  core::MutexLock lock(d->mu_);
+  // Events on a target are raised under mu_ only: between the channel's purge of its unread
+  // ones and its leaving the targets, none can come.
+  core::Status s = d->channel().retire(o->tracker(), [o]() -> core::Status {
     if (o->busy()) return core::Code::kBusy;
-    d->unregister_target_locked(o);
     return core::OkStatus();
   });
   if (!s.ok()) return s.to_fi();
+  d->unregister_target_locked(o);
   delete o;
   return 0;
 }

@@ -391,25 +391,21 @@ ssize_t Endpoint::cancel(void* context) {
   return 0;
 }
 
-bool Endpoint::fail(uint32_t type) {
-  std::vector<uint32_t> cq_events;
-  Cq* cq = nullptr;
-  {
-    std::lock_guard lock(mu_);
-    if (failed_) return false;
-    failed_ = true;
-    cq = rx_cq();
-    for (const PostedRecv& r : queue_.take_all()) {
-      if (cq != nullptr) {
-        auto more = cq->complete_error(recv_error(r, FI_EIO, static_cast<int>(type)));
-        cq_events.insert(cq_events.end(), more.begin(), more.end());
-      }
-      if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
+Endpoint::Failure Endpoint::fail(uint32_t type) {
+  Failure f;
+  std::lock_guard lock(mu_);
+  if (failed_) return f;
+  failed_ = true;
+  f.first = true;
+  f.cq = rx_cq();
+  for (const PostedRecv& r : queue_.take_all()) {
+    if (f.cq != nullptr) {
+      auto more = f.cq->complete_error(recv_error(r, FI_EIO, static_cast<int>(type)));
+      f.cq_events.insert(f.cq_events.end(), more.begin(), more.end());
     }
+    if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
   }
-  // The caller holds the domain's lock (raise), never ours: CQ events can go out now.
-  raise(domain_, cq, cq_events);
-  return true;
+  return f;
 }
 
 bool Endpoint::place(const Incoming& in, Placement* p) {

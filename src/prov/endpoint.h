@@ -115,9 +115,17 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   Srx* srx();
   // Without the endpoint's lock: an SRX asks while holding its own (lock order: endpoint, SRX).
   Cq* rx_cq() const { return rx_cq_.load(std::memory_order_acquire); }
+  // What fail() did: whether the endpoint was failed now (not before), and the events the
+  // error completions of its receives raise on its receive CQ (CQ fault rules), which the
+  // caller raises: it holds the domain's lock (Domain::raise_locked).
+  struct Failure {
+    bool first = false;
+    Cq* cq = nullptr;
+    std::vector<uint32_t> cq_events;
+  };
   // Puts the endpoint in the error state and fails its posted receives with `type` as
-  // prov_errno. True the first time.
-  bool fail(uint32_t type);
+  // prov_errno. Takes the endpoint's lock; raises nothing.
+  [[nodiscard]] Failure fail(uint32_t type);
   // The address fi_getinfo gave it (port 0 until it connects).
   const sockaddr_in& src_addr() const { return src_; }
   size_t max_msg_size() const { return max_msg_size_; }

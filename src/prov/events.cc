@@ -1,9 +1,9 @@
 #include "prov/events.h"
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "core/async_event.h"
@@ -20,7 +20,7 @@ namespace fabq::prov {
 FaultAction AsyncTarget::count_operation() {
   FaultAction action;
   if (!has_faults_.load(std::memory_order_acquire)) return action;
-  std::lock_guard lock(fault_mu_);
+  core::MutexLock lock(fault_mu_);
   if (next_err_ != 0) {
     action.err = std::exchange(next_err_, 0);
     action.prov_errno = std::exchange(next_prov_errno_, 0);
@@ -40,7 +40,7 @@ FaultAction AsyncTarget::count_operation() {
 }
 
 void AsyncTarget::arm_next_failure(int err, int prov_errno) {
-  std::lock_guard lock(fault_mu_);
+  core::MutexLock lock(fault_mu_);
   next_err_ = err;
   next_prov_errno_ = prov_errno;
   has_faults_.store(true, std::memory_order_release);
@@ -54,15 +54,15 @@ class Timers {
   Timers() : thread_([this] { loop(); }) {}
   ~Timers() {
     {
-      std::lock_guard lock(mu_);
+      core::MutexLock lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();
     thread_.join();
   }
-  void add(uint64_t delay_ms, std::function<void()> fn) {
+  void add(uint64_t delay_ms, std::function<void()> fn) FABQ_EXCLUDES(mu_) {
     {
-      std::lock_guard lock(mu_);
+      core::MutexLock lock(mu_);
       due_.emplace(std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms),
                    std::move(fn));
     }
@@ -70,29 +70,39 @@ class Timers {
   }
 
  private:
-  void loop() {
-    std::unique_lock lock(mu_);
-    while (!stop_) {
-      if (due_.empty()) {
-        cv_.wait(lock);
-        continue;
+  void loop() FABQ_EXCLUDES(mu_) {
+    std::function<void()> fn;
+    for (;;) {
+      {
+        core::MutexLock lock(mu_);
+        if (!next_locked(&fn)) return;
       }
-      auto first = due_.begin();
-      if (cv_.wait_until(lock, first->first) != std::cv_status::timeout) continue;
-      first = due_.begin();
-      if (first == due_.end() || first->first > std::chrono::steady_clock::now()) continue;
-      std::function<void()> fn = std::move(first->second);
-      due_.erase(first);
-      lock.unlock();
       fn();
-      lock.lock();
+      fn = nullptr;
     }
   }
+  // Waits for the first callback that is due and takes it; false once stopped.
+  bool next_locked(std::function<void()>* fn) FABQ_REQUIRES(mu_) {
+    while (!stop_) {
+      if (due_.empty()) {
+        cv_.wait(mu_);
+        continue;
+      }
+      if (cv_.wait_until(mu_, due_.begin()->first)) continue;  // woken: look again
+      auto first = due_.begin();
+      if (first == due_.end() || first->first > std::chrono::steady_clock::now()) continue;
+      *fn = std::move(first->second);
+      due_.erase(first);
+      return true;
+    }
+    return false;
+  }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> due_;
-  bool stop_ = false;
+  core::Mutex mu_;  // a leaf: callbacks run without it
+  core::CondVar cv_;
+  std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> due_
+      FABQ_GUARDED_BY(mu_);
+  bool stop_ FABQ_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
@@ -143,12 +153,61 @@ void deliver(Domain* d, fid_t fid, core::AsyncTracker* tracker, Eq* eq,
 }  // namespace
 
 struct Registry::Impl {
-  std::recursive_mutex mu;
-  std::map<std::string, Device> devices;
-  std::map<uint64_t, Domain*> domains;
-  uint64_t next_id = 1;
-  std::unique_ptr<LinkMonitor> monitor;
-  std::unique_ptr<Timers> timers;
+  core::Mutex mu;
+  std::map<std::string, Device> devices FABQ_GUARDED_BY(mu);
+  std::map<uint64_t, Domain*> domains FABQ_GUARDED_BY(mu);
+  uint64_t next_id FABQ_GUARDED_BY(mu) = 1;
+  std::unique_ptr<LinkMonitor> monitor FABQ_GUARDED_BY(mu);
+  std::unique_ptr<Timers> timers FABQ_GUARDED_BY(mu);
+
+  // The open domain with this id, or null.
+  Domain* domain_locked(uint64_t id) FABQ_REQUIRES(mu) {
+    auto it = domains.find(id);
+    return it != domains.end() ? it->second : nullptr;
+  }
+
+  // A port or device event on every domain of `ifname`, each under its own lock in turn (taken
+  // by Domain::eq()): the caller holds no domain's.
+  void raise_device_locked(const std::string& ifname, uint32_t type) FABQ_REQUIRES(mu) {
+    const core::AsyncKind* kind = core::async_kind(type);
+    if (kind == nullptr) return;
+    auto it = devices.find(ifname);
+    if (it == devices.end()) return;
+    if (type == FI_FABQ_EVENT_PORT_ERR) it->second.active = false;
+    if (type == FI_FABQ_EVENT_PORT_ACTIVE) it->second.active = true;
+    for (Domain* d : it->second.domains) {
+      if (type == FI_FABQ_EVENT_DEVICE_FATAL) d->fail();
+      deliver(d, &d->handle()->fid, d->tracker(), d->eq(), *kind);
+    }
+  }
+
+  void schedule_locked(Registry* self, uint64_t domain_id, uint64_t delay_ms,
+                       uint64_t target_serial, std::shared_ptr<const core::FaultRule> rule)
+      FABQ_REQUIRES(mu) {
+    if (!timers) timers = std::make_unique<Timers>();
+    timers->add(delay_ms, [self, domain_id, target_serial, rule] {
+      self->fire(domain_id, target_serial, rule);
+    });
+  }
+
+  // Takes `d` out of the registry (its close). The threads go with the last domain: they are
+  // handed to the caller, to be stopped once it has released the lock they may be waiting for.
+  void detach_locked(Domain* d, std::unique_ptr<LinkMonitor>* old_monitor,
+                     std::unique_ptr<Timers>* old_timers) FABQ_REQUIRES(mu) {
+    domains.erase(d->id());
+    auto it = devices.find(d->name());
+    if (it != devices.end()) {
+      std::erase(it->second.domains, d);
+      if (it->second.domains.empty()) {
+        if (monitor) monitor->unwatch(d->name());
+        devices.erase(it);
+      }
+    }
+    if (domains.empty()) {
+      *old_monitor = std::move(monitor);
+      *old_timers = std::move(timers);
+    }
+  }
 };
 
 Registry::Registry() : impl_(std::make_unique<Impl>()) {}
@@ -191,12 +250,13 @@ void Registry::unload() {
 }
 
 void Registry::stop_threads() {
+  Impl& r = *impl_;
   std::unique_ptr<LinkMonitor> monitor;
   std::unique_ptr<Timers> timers;
   {
-    std::lock_guard lock(impl_->mu);
-    monitor = std::move(impl_->monitor);
-    timers = std::move(impl_->timers);
+    core::MutexLock lock(r.mu);
+    monitor = std::move(r.monitor);
+    timers = std::move(r.timers);
   }
   // Their threads may be waiting for the registry's lock: stop them after releasing it.
   monitor.reset();
@@ -204,49 +264,40 @@ void Registry::stop_threads() {
 }
 
 void Registry::attach(Domain* d) {
-  std::lock_guard lock(impl_->mu);
-  d->id_ = impl_->next_id++;
-  impl_->domains[d->id_] = d;
-  if (!impl_->monitor) {
-    impl_->monitor =
-        std::make_unique<LinkMonitor>([this](const std::string& ifname, LinkChange change) {
-          if (uint32_t type = event_for(change)) raise_device(ifname, type);
-        });
-    if (!impl_->monitor->ok()) {
+  Impl& r = *impl_;
+  core::MutexLock lock(r.mu);
+  d->id_ = r.next_id++;
+  r.domains[d->id_] = d;
+  if (!r.monitor) {
+    r.monitor = std::make_unique<LinkMonitor>([this](const std::string& ifname, LinkChange change) {
+      if (uint32_t type = event_for(change)) raise_device(ifname, type);
+    });
+    if (!r.monitor->ok()) {
       FABQ_WARN(FI_LOG_DOMAIN, "netlink unavailable: port events come from injection only\n");
     }
   }
-  auto [it, fresh] = impl_->devices.try_emplace(d->name());
+  auto [it, fresh] = r.devices.try_emplace(d->name());
   if (fresh) {
-    impl_->monitor->watch(d->name());
+    r.monitor->watch(d->name());
     it->second.active = query_link(d->name()).active;
   }
   it->second.domains.push_back(d);
 }
 
 core::Status Registry::close_domain(Domain* d) {
+  Impl& r = *impl_;
   std::unique_ptr<LinkMonitor> old_monitor;
   std::unique_ptr<Timers> old_timers;
   core::Status s;
   {
-    std::lock_guard lock(impl_->mu);
-    s = d->channel().retire(d->tracker(), [&]() -> core::Status {
+    core::MutexLock lock(r.mu);
+    // The domain's own events are raised under this lock only (raise_device_locked): between
+    // the channel's purge of its unread ones and its leaving the device, none can come.
+    s = d->channel().retire(d->tracker(), [d]() -> core::Status {
       if (d->busy()) return core::Code::kBusy;
-      impl_->domains.erase(d->id_);
-      auto it = impl_->devices.find(d->name());
-      if (it != impl_->devices.end()) {
-        std::erase(it->second.domains, d);
-        if (it->second.domains.empty()) {
-          if (impl_->monitor) impl_->monitor->unwatch(d->name());
-          impl_->devices.erase(it);
-        }
-      }
-      if (impl_->domains.empty()) {
-        old_monitor = std::move(impl_->monitor);
-        old_timers = std::move(impl_->timers);
-      }
       return core::OkStatus();
     });
+    if (s.ok()) r.detach_locked(d, &old_monitor, &old_timers);
   }
   // Their threads may be waiting for the registry's lock: stop them after releasing it.
   old_monitor.reset();
@@ -256,48 +307,58 @@ core::Status Registry::close_domain(Domain* d) {
 }
 
 void Registry::raise_device(const std::string& ifname, uint32_t type) {
-  const core::AsyncKind* kind = core::async_kind(type);
-  if (kind == nullptr) return;
-  std::lock_guard lock(impl_->mu);
-  auto it = impl_->devices.find(ifname);
-  if (it == impl_->devices.end()) return;
-  if (type == FI_FABQ_EVENT_PORT_ERR) it->second.active = false;
-  if (type == FI_FABQ_EVENT_PORT_ACTIVE) it->second.active = true;
-  for (Domain* d : it->second.domains) {
-    if (type == FI_FABQ_EVENT_DEVICE_FATAL) d->fail();
-    deliver(d, &d->handle()->fid, d->tracker(), d->eq(), *kind);
-  }
+  Impl& r = *impl_;
+  core::MutexLock lock(r.mu);
+  r.raise_device_locked(ifname, type);
 }
 
 int Registry::port_state(const std::string& ifname) {
-  std::lock_guard lock(impl_->mu);
-  auto it = impl_->devices.find(ifname);
-  if (it == impl_->devices.end()) return -FI_EINVAL;
+  Impl& r = *impl_;
+  core::MutexLock lock(r.mu);
+  auto it = r.devices.find(ifname);
+  if (it == r.devices.end()) return -FI_EINVAL;
   return it->second.active ? FI_FABQ_PORT_ACTIVE : FI_FABQ_PORT_DOWN;
 }
 
 void Registry::schedule(uint64_t domain_id, uint64_t delay_ms, uint64_t target_serial,
                         std::shared_ptr<const core::FaultRule> rule) {
-  std::lock_guard lock(impl_->mu);
-  if (!impl_->timers) impl_->timers = std::make_unique<Timers>();
-  impl_->timers->add(
-      delay_ms, [this, domain_id, target_serial, rule] { fire(domain_id, target_serial, rule); });
+  Impl& r = *impl_;
+  core::MutexLock lock(r.mu);
+  r.schedule_locked(this, domain_id, delay_ms, target_serial, std::move(rule));
 }
 
 void Registry::fire(uint64_t domain_id, uint64_t target_serial,
                     const std::shared_ptr<const core::FaultRule>& rule) {
-  std::lock_guard lock(impl_->mu);
-  auto it = impl_->domains.find(domain_id);
-  if (it != impl_->domains.end()) it->second->fire_timed(target_serial, rule);
+  Impl& r = *impl_;
+  core::MutexLock lock(r.mu);
+  Domain* d = r.domain_locked(domain_id);
+  if (d == nullptr) return;
+  bool again = false;
+  uint32_t device_event = 0;
+  {
+    core::MutexLock dlock(d->mu_);
+    device_event = d->fire_timed_locked(target_serial, rule, &again);
+  }
+  // A port or device event reaches every domain of the device, each under its own lock.
+  if (device_event != 0) r.raise_device_locked(d->name(), device_event);
+  if (again) r.schedule_locked(this, domain_id, rule->ms, target_serial, rule);
 }
 
 void Registry::raise_on(uint64_t domain_id, uint64_t target_serial, uint32_t type) {
-  std::lock_guard lock(impl_->mu);
-  auto it = impl_->domains.find(domain_id);
-  if (it == impl_->domains.end()) return;
-  Domain* d = it->second;
-  std::lock_guard dlock(d->mu_);
-  if (AsyncTarget* t = d->find_target_locked(target_serial)) raise(d, t, type);
+  Impl& r = *impl_;
+  core::MutexLock lock(r.mu);
+  Domain* d = r.domain_locked(domain_id);
+  if (d == nullptr) return;
+  {
+    core::MutexLock dlock(d->mu_);
+    AsyncTarget* t = d->find_target_locked(target_serial);
+    if (t == nullptr) return;
+    if (!is_device_event(type)) {
+      d->raise_locked(t, type);
+      return;
+    }
+  }
+  r.raise_device_locked(d->name(), type);
 }
 
 void raise_later(Domain* d, AsyncTarget* t, uint32_t type) {
@@ -326,48 +387,84 @@ void raise_deferred() {
   for (const Deferred& e : now) Registry::get().raise_on(e.domain_id, e.serial, e.type);
 }
 
+bool is_device_event(uint32_t type) {
+  const core::AsyncKind* kind = core::async_kind(type);
+  return kind != nullptr &&
+         (kind->object == core::AsyncObject::kPort || kind->object == core::AsyncObject::kDevice);
+}
+
 void raise(Domain* d, AsyncTarget* t, const std::vector<uint32_t>& types) {
   for (uint32_t type : types) raise(d, t, type);
 }
 
 void raise(Domain* d, AsyncTarget* t, uint32_t type) {
-  const core::AsyncKind* kind = core::async_kind(type);
-  if (kind == nullptr) return;
-  if (kind->object == core::AsyncObject::kPort || kind->object == core::AsyncObject::kDevice) {
+  if (is_device_event(type)) {
     Registry::get().raise_device(d->name(), type);
     return;
   }
-  std::lock_guard lock(d->mu_);
+  core::MutexLock lock(d->mu_);
+  d->raise_locked(t, type);
+}
+
+void Domain::raise_locked(AsyncTarget* t, uint32_t type) {
+  // Events this one's effects raise (an SRX's failure: EP_FATAL on each of its endpoints) are
+  // applied after it, in order, each with all its effects before the next: the order in which
+  // their causes arose, under this one acquisition of mu_.
+  std::vector<Raised> work{{t, type}};
+  for (size_t i = 0; i < work.size(); ++i) {
+    const Raised now = work[i];  // a copy: apply_locked may grow `work`
+    apply_locked(now, &work);
+  }
+}
+
+void Domain::apply_locked(const Raised& e, std::vector<Raised>* more) {
+  const core::AsyncKind* kind = core::async_kind(e.type);
+  // Port and device events are the registry's (is_device_event): callers route them there.
+  if (kind == nullptr || e.target == nullptr || is_device_event(e.type)) return;
+  AsyncTarget* const t = e.target;
   switch (t->kind()) {
     case core::FaultTargetKind::kEndpoint: {
       auto* ep = static_cast<Endpoint*>(t);
-      deliver(d, t->target_fid(), t->tracker(), ep->eq(), *kind);
-      if (type == FI_FABQ_EVENT_EP_FATAL || type == FI_FABQ_EVENT_EP_REQ_ERR ||
-          type == FI_FABQ_EVENT_EP_ACCESS_ERR) {
+      deliver(this, t->target_fid(), t->tracker(), ep->eq(), *kind);
+      if (e.type == FI_FABQ_EVENT_EP_FATAL || e.type == FI_FABQ_EVENT_EP_REQ_ERR ||
+          e.type == FI_FABQ_EVENT_EP_ACCESS_ERR) {
+        const Endpoint::Failure f = ep->fail(e.type);
+        // Its receives' error completions may overrun its CQ: events with no effect beyond the
+        // CQ, applied here, before what the endpoint's failure raises next.
+        for (uint32_t type : f.cq_events) {
+          if (const core::AsyncKind* cq_kind = core::async_kind(type)) {
+            apply_cq_locked(f.cq, *cq_kind);
+          }
+        }
         // An endpoint sharing a receive context stops consuming from it (verbs' QP
         // LAST_WQE_REACHED).
-        if (ep->fail(type) && ep->srx() != nullptr) {
-          deliver(d, t->target_fid(), t->tracker(), ep->eq(),
+        if (f.first && ep->srx() != nullptr) {
+          deliver(this, t->target_fid(), t->tracker(), ep->eq(),
                   *core::async_kind(FI_FABQ_EVENT_LAST_WQE_REACHED));
         }
       }
       break;
     }
     case core::FaultTargetKind::kCq:
-      deliver(d, t->target_fid(), t->tracker(), d->eq(), *kind);
-      static_cast<Cq*>(t)->queue().enter_overrun();
+      apply_cq_locked(static_cast<Cq*>(t), *kind);
       break;
     case core::FaultTargetKind::kSrx: {
       auto* srx = static_cast<Srx*>(t);
-      deliver(d, t->target_fid(), t->tracker(), d->eq(), *kind);
-      if (type == FI_FABQ_EVENT_SRX_ERR && srx->fail()) {
-        for (Endpoint* ep : srx->endpoints()) raise(d, ep, FI_FABQ_EVENT_EP_FATAL);
+      deliver(this, t->target_fid(), t->tracker(), eq_, *kind);
+      if (e.type == FI_FABQ_EVENT_SRX_ERR && srx->fail()) {
+        for (Endpoint* ep : srx->endpoints()) more->push_back({ep, FI_FABQ_EVENT_EP_FATAL});
       }
       break;
     }
     case core::FaultTargetKind::kDomain:
       break;
   }
+}
+
+void Domain::apply_cq_locked(Cq* cq, const core::AsyncKind& kind) {
+  if (cq == nullptr) return;
+  deliver(this, cq->target_fid(), cq->tracker(), eq_, kind);
+  cq->queue().enter_overrun();
 }
 
 }  // namespace fabq::prov

@@ -11,8 +11,12 @@
 //     domain opened on that interface. The registry starts the link monitor (netlink) and the
 //     fault timer thread with the first domain and stops them with the last.
 //
-// Locks (docs/locking.md): raise() takes what it needs; it may be called holding the registry's
-// and the domain's mutex, never an endpoint's or SRX's, nor any of the transport's.
+// Locks (docs/locking.md): the registry's mutex, then a domain's (Domain::mu_), each taken once
+// per call chain. An event's effects that raise more events (an endpoint's failure completes its
+// receives in error, which may overrun its CQ; an SRX's failure fails each endpoint on it) are
+// applied under the one acquisition of the domain's lock the first event made
+// (Domain::raise_locked). Port and device events reach every domain of the device, under the
+// registry's lock and each domain's in turn: they are raised with no domain's lock held.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -20,13 +24,13 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/async_channel.h"
 #include "core/fault_spec.h"
 #include "core/lazy_global.h"
+#include "core/mutex.h"
 #include "fabq/fi_fabq.h"
 
 namespace fabq::prov {
@@ -56,10 +60,11 @@ class AsyncTarget {
   // Unique in the domain once registered (Domain::register_target); 0 before.
   uint64_t serial() const { return serial_; }
 
-  // Counts one operation against the armed triggers. Cheap when nothing is armed.
-  FaultAction count_operation();
+  // Counts one operation against the armed triggers. Cheap when nothing is armed (one acquire
+  // load, pairing with the release that armed one). Takes fault_mu_, a leaf: any caller.
+  FaultAction count_operation() FABQ_EXCLUDES(fault_mu_);
   // A kNow/kMs error rule on an endpoint fails its next operation: taken here.
-  void arm_next_failure(int err, int prov_errno);
+  void arm_next_failure(int err, int prov_errno) FABQ_EXCLUDES(fault_mu_);
   // A net= rule fired on an endpoint: its connection applies the fault once (take_net_fault()
   // returns it, then kNone). The order: release here, acquire in take.
   void arm_net_fault(core::NetFault f) {
@@ -79,21 +84,28 @@ class AsyncTarget {
   int64_t index_ = -1;          // order of opening in the domain, per kind
   std::string name_;            // set_name(); guarded by Domain::mu_
   uint64_t serial_ = 0;         // unique in the domain; timers refer to targets by it
-  std::mutex fault_mu_;         // guards armed_, next_err_
-  std::vector<ArmedFault> armed_;
-  std::atomic<bool> has_faults_{false};
+  core::Mutex fault_mu_;        // a leaf: nothing is called while it is held
+  std::vector<ArmedFault> armed_ FABQ_GUARDED_BY(fault_mu_);
+  std::atomic<bool> has_faults_{false};  // armed_ or next_err_ was ever set (release, under it)
   std::atomic<uint8_t> net_fault_{0};
-  int next_err_ = 0;
-  int next_prov_errno_ = 0;
+  int next_err_ FABQ_GUARDED_BY(fault_mu_) = 0;
+  int next_prov_errno_ FABQ_GUARDED_BY(fault_mu_) = 0;
 };
 
 // fi_open_ops(domain, FI_FABQ_ASYNC_OPS, ...).
 int open_async_ops(Domain* domain, uint64_t flags, void** ops);
 
+// Whether `type` is a port or device event: one that reaches every domain of the device
+// (Registry::raise_device) rather than one object.
+bool is_device_event(uint32_t type);
+
 // Raises `type` on `target` (owned by `domain`; for port and device kinds, the domain's own
-// target), with every effect fi_fabq.h lists.
+// target), with every effect fi_fabq.h lists. Null `target`, or an unknown type: nothing. Takes
+// the domain's lock, or for port and device kinds the registry's (then each domain's of the
+// device): the caller holds no provider lock (registry, domain, endpoint, SRX, passive endpoint)
+// and none of the transport's; code that does queues the event with raise_later().
 void raise(Domain* domain, AsyncTarget* target, uint32_t type);
-// Each of `types`, in order (what a counted operation's fault triggers decided).
+// Each of `types`, in order (what a counted operation's fault triggers decided), each as above.
 void raise(Domain* domain, AsyncTarget* target, const std::vector<uint32_t>& types);
 
 // For code that holds a transport, connection, endpoint or SRX lock: queues the events;
@@ -113,16 +125,19 @@ class Registry {
   // The domain's close: kBusy while it has unacknowledged events or open children, else
   // detaches it and destroys it.
   core::Status close_domain(Domain* d);
-  // Raises a port or device event on every domain of `ifname`.
+  // Raises a port or device event on every domain of `ifname`. Takes the registry's lock, then
+  // each of those domains' in turn: the caller holds neither.
   void raise_device(const std::string& ifname, uint32_t type);
   int port_state(const std::string& ifname);
   // Fires `rule` on the target with this serial of the domain with this id after delay_ms,
-  // unless the domain or the target has closed by then.
+  // unless the domain or the target has closed by then. Takes the registry's lock.
   void schedule(uint64_t domain_id, uint64_t delay_ms, uint64_t target_serial,
                 std::shared_ptr<const core::FaultRule> rule);
-  // Raises `type` on the target with this serial of the domain with this id, if both are open.
+  // Raises `type` on the target with this serial of the domain with this id, if both are open
+  // (a port or device event: on every domain of that domain's device). What raise_deferred()
+  // raises the queued events with. The caller holds no provider lock, as for raise().
   void raise_on(uint64_t domain_id, uint64_t target_serial, uint32_t type);
-  // The same, now, on the calling thread (which must hold no domain, endpoint or SRX lock).
+  // Fires `rule` as schedule() would, now, on the calling thread, which holds no provider lock.
   void fire(uint64_t domain_id, uint64_t target_serial,
             const std::shared_ptr<const core::FaultRule>& rule);
   // The provider is being unloaded (fi_provider::cleanup): stops and joins the link monitor's
@@ -132,6 +147,8 @@ class Registry {
   static void unload();
 
  private:
+  // Its lock and everything it guards (events.cc); the *_locked functions that need the lock
+  // are Impl's, so that the analysis can name it.
   struct Impl;
   friend class core::LazyGlobal<Registry>;
   Registry();
