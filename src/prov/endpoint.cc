@@ -154,6 +154,10 @@ Srx* Endpoint::srx() {
   return srx_;
 }
 
+Outbox& Endpoint::outbox() const {
+  return domain_->fabric()->outbox();
+}
+
 Connection* Endpoint::connection() {
   std::lock_guard lock(mu_);
   return conn_.get();
@@ -343,7 +347,7 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
     borrowed_.fetch_sub(1, std::memory_order_release);
   }
   if (resume) resume_if_stalled();
-  raise_deferred();
+  outbox().publish();
   return 0;
 }
 
@@ -434,7 +438,7 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
     if (r) {
       r->owner = this;
       if (srx_->limit_crossed_locked()) {
-        raise_later(domain_, srx_, FI_FABQ_EVENT_SRX_LIMIT_REACHED);
+        outbox().add(domain_, srx_, FI_FABQ_EVENT_SRX_LIMIT_REACHED);
       }
     } else {
       if (cq != nullptr) cq->queue().cancel_reservation(1);
@@ -506,7 +510,7 @@ bool Endpoint::placed(const Incoming& in, Placement* p) {
       ack_now = false;
       break;
   }
-  raise_later(domain_, rx_cq(), events);
+  outbox().add(domain_, rx_cq(), events);
   return ack_now;
 }
 
@@ -538,7 +542,7 @@ void Endpoint::unplace(Placement* p) {
       events = cq->complete_error(recv_error(*back, FI_EIO, 0));
     }
     if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
-    raise_later(domain_, rx_cq(), events);
+    outbox().add(domain_, rx_cq(), events);
     return;
   }
   // A shared receive takes its CQ slot when a message picks it; a receive of this endpoint's
@@ -590,7 +594,7 @@ void Endpoint::give_back_locked(RecvQueue& q, bool shared, PostedRecv r) {
     u->in.via->ack_delivered_later(u->in.seq);
   }
   q.remove(u);
-  raise_later(from->domain_, cq, events);
+  from->outbox().add(from->domain_, cq, events);
 }
 
 void Endpoint::connection_ended() {
@@ -608,7 +612,7 @@ void Endpoint::connection_ended() {
       if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
     }
   }
-  raise_later(domain_, cq, events);
+  outbox().add(domain_, cq, events);
 }
 
 // --- sending
@@ -701,7 +705,7 @@ ssize_t Endpoint::post_send(const SendRequest& req) {
     // RDM: the connection closed between lookup and submit; the next try makes a new one.
     return rdm_ && rc == -FI_ENOTCONN ? -FI_EAGAIN : rc;
   }
-  raise_deferred();
+  outbox().publish();
   return 0;
 }
 
@@ -761,7 +765,7 @@ void Endpoint::tx_written(TxOp* op) {
       tx_ring_.mark_written(op);
     }
   }
-  raise_later(domain_, tx_cq_, events);
+  outbox().add(domain_, tx_cq_, events);
 }
 
 void Endpoint::tx_lost(TxOp* op, int err) {
@@ -770,7 +774,7 @@ void Endpoint::tx_lost(TxOp* op, int err) {
     std::lock_guard lock(mu_);
     finish_send(op, op->level == TxLevel::kInject ? 0 : err, &events);
   }
-  raise_later(domain_, tx_cq_, events);
+  outbox().add(domain_, tx_cq_, events);
 }
 
 bool Endpoint::tx_acked(const Connection* c, uint32_t seq, bool delivered) {
@@ -783,7 +787,7 @@ bool Endpoint::tx_acked(const Connection* c, uint32_t seq, bool delivered) {
     if (op->level != want) return false;
     finish_send(op, 0, &events);
   }
-  raise_later(domain_, tx_cq_, events);
+  outbox().add(domain_, tx_cq_, events);
   return true;
 }
 
@@ -797,7 +801,7 @@ void Endpoint::abort_sends(Connection* c, int err) {
       if (op->conn == c && op->accepted) finish_send(op, err, &events);
     });
   }
-  raise_later(domain_, tx_cq_, events);
+  outbox().add(domain_, tx_cq_, events);
 }
 
 // --- connection events
@@ -814,7 +818,7 @@ void Endpoint::cm_event(const CmEvent& e) {
 }
 
 void Endpoint::async_event(uint32_t type) {
-  raise_later(domain_, this, type);
+  outbox().add(domain_, this, type);
 }
 
 }  // namespace fabq::prov

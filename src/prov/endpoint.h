@@ -63,6 +63,7 @@ class Cntr;
 class Cq;
 class Domain;
 class Eq;
+class Outbox;
 class Srx;
 
 // Whether each of the `count` buffers is one the application named: no bytes, or some at an
@@ -166,7 +167,7 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // arrive: the posted receives complete in error with FI_ECANCELED, and so does every receive
   // posted from now on that no buffered message matches. Shared receives stay with their SRX.
   void connection_ended() override;
-  // Raised once the transport's locks are released (prov/events.h raise_later).
+  // Queued in the fabric's outbox, raised once the transport's locks are released.
   void async_event(uint32_t type) override;
   core::NetFault take_net_fault() override { return AsyncTarget::take_net_fault(); }
   // The listener may free a closed connection it accepted: no buffered message came through it
@@ -220,6 +221,9 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // its slot. Under mu_.
   void finish_send(TxOp* op, int err, std::vector<uint32_t>* events);
   Connection* connection();
+  // Its fabric's (prov/outbox.h): where code under its lock, or in an upcall, queues the
+  // asynchronous events it causes; published after each downcall that may have queued some.
+  Outbox& outbox() const;
 
   FidBox<fid_ep> box_;
   Domain* const domain_;

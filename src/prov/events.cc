@@ -3,7 +3,6 @@
 #include <chrono>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <thread>
 
 #include "core/async_event.h"
@@ -216,23 +215,6 @@ Registry::~Registry() = default;
 
 namespace {
 
-struct Deferred {
-  uint64_t domain_id;
-  uint64_t serial;
-  uint32_t type;
-};
-
-// One queue for the process, not one per thread: a thread_local in a dlopen()ed library lives in
-// dynamic TLS, which LeakSanitizer's scan at exit trips over. Whichever thread calls
-// raise_deferred() next (holding no lock, by contract) raises what any thread queued.
-struct DeferredQueue {
-  std::recursive_mutex raising;  // outermost: batches are raised one at a time, in order
-  std::mutex mu;                 // innermost: guards events
-  std::vector<Deferred> events;
-  std::atomic<bool> any{false};  // events is not empty: spares the common call a lock
-};
-core::LazyGlobal<DeferredQueue> g_deferred;
-
 // Not a static: its destructor would run at exit before libfabric's fi_fini, while the monitor's
 // thread may still be looking domains up. unload() frees it once the threads are stopped.
 core::LazyGlobal<Registry> g_registry;
@@ -246,7 +228,6 @@ Registry& Registry::get() {
 void Registry::unload() {
   if (Registry* r = g_registry.if_made()) r->stop_threads();
   g_registry.free();
-  g_deferred.free();
 }
 
 void Registry::stop_threads() {
@@ -359,32 +340,6 @@ void Registry::raise_on(uint64_t domain_id, uint64_t target_serial, uint32_t typ
     }
   }
   r.raise_device_locked(d->name(), type);
-}
-
-void raise_later(Domain* d, AsyncTarget* t, uint32_t type) {
-  if (d == nullptr || t == nullptr) return;
-  DeferredQueue& q = g_deferred.get();
-  std::lock_guard lock(q.mu);
-  q.events.push_back({d->id(), t->serial(), type});
-  q.any.store(true, std::memory_order_release);
-}
-
-void raise_later(Domain* d, AsyncTarget* t, const std::vector<uint32_t>& types) {
-  for (uint32_t type : types) raise_later(d, t, type);
-}
-
-void raise_deferred() {
-  DeferredQueue* q = g_deferred.if_made();
-  if (q == nullptr || !q->any.load(std::memory_order_acquire)) [[likely]]
-    return;
-  std::lock_guard raising(q->raising);
-  std::vector<Deferred> now;
-  {
-    std::lock_guard lock(q->mu);
-    now.swap(q->events);
-    q->any.store(false, std::memory_order_relaxed);
-  }
-  for (const Deferred& e : now) Registry::get().raise_on(e.domain_id, e.serial, e.type);
 }
 
 bool is_device_event(uint32_t type) {

@@ -10,6 +10,8 @@
 //   - Devices (one per interface name) are process-wide: port and device events reach every
 //     domain opened on that interface. The registry starts the link monitor (netlink) and the
 //     fault timer thread with the first domain and stops them with the last.
+//   - Code holding a lock under which raise() may not be called (an endpoint's, an SRX's, the
+//     transport's) queues its events in its fabric's outbox instead (prov/outbox.h).
 //
 // Locks (docs/locking.md): the registry's mutex, then a domain's (Domain::mu_), each taken once
 // per call chain. An event's effects that raise more events (an endpoint's failure completes its
@@ -103,18 +105,10 @@ bool is_device_event(uint32_t type);
 // target), with every effect fi_fabq.h lists. Null `target`, or an unknown type: nothing. Takes
 // the domain's lock, or for port and device kinds the registry's (then each domain's of the
 // device): the caller holds no provider lock (registry, domain, endpoint, SRX, passive endpoint)
-// and none of the transport's; code that does queues the event with raise_later().
+// and none of the transport's; code that does queues the event in its fabric's outbox.
 void raise(Domain* domain, AsyncTarget* target, uint32_t type);
 // Each of `types`, in order (what a counted operation's fault triggers decided), each as above.
 void raise(Domain* domain, AsyncTarget* target, const std::vector<uint32_t>& types);
-
-// For code that holds a transport, connection, endpoint or SRX lock: queues the events;
-// raise_deferred(), called once the caller's locks are released (by it, or by any other thread
-// that holds none), raises them, in the order they were queued, on the objects that are still
-// open (a closed object's queued events are dropped with it).
-void raise_later(Domain* domain, AsyncTarget* target, uint32_t type);
-void raise_later(Domain* domain, AsyncTarget* target, const std::vector<uint32_t>& types);
-void raise_deferred();
 
 // Process-wide devices. attach() is called when a domain opens (it learns the port state and
 // starts the monitor), detach_and_close() when it closes.
@@ -134,8 +128,9 @@ class Registry {
   void schedule(uint64_t domain_id, uint64_t delay_ms, uint64_t target_serial,
                 std::shared_ptr<const core::FaultRule> rule);
   // Raises `type` on the target with this serial of the domain with this id, if both are open
-  // (a port or device event: on every domain of that domain's device). What raise_deferred()
-  // raises the queued events with. The caller holds no provider lock, as for raise().
+  // (a port or device event: on every domain of that domain's device). What an outbox's
+  // entries are published with (prov/outbox.h). The caller holds no provider lock, as for
+  // raise().
   void raise_on(uint64_t domain_id, uint64_t target_serial, uint32_t type);
   // Fires `rule` as schedule() would, now, on the calling thread, which holds no provider lock.
   void fire(uint64_t domain_id, uint64_t target_serial,

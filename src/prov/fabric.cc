@@ -128,7 +128,9 @@ Transport* Fabric::transport() {
         .keepalive_ms = p.keepalive_ms,
         .shm = p.shm != 0,
         .cm_backlog = p.cm_backlog,
-        .after_round = [](void*) { raise_deferred(); },
+        // Holding none of the transport's locks, nor the provider's (xport/transport.h).
+        .after_round = [](void* fabric) { static_cast<Fabric*>(fabric)->outbox().publish(); },
+        .after_round_arg = this,
         .log = log_transport,
     };
     t = g_factory(config).release();

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "prov/object.h"
+#include "prov/outbox.h"
 #include "xport/transport.h"
 
 namespace fabq::prov {
@@ -48,6 +49,11 @@ class Fabric final : public Object {
   // release in transport().
   Transport* transport_if_any() const { return transport_.load(std::memory_order_acquire); }
 
+  // The asynchronous events its objects' code queued where raise() may not be called
+  // (prov/outbox.h). Published after each round of its transport, and by the provider after a
+  // downcall that may have queued some.
+  Outbox& outbox() { return outbox_; }
+
  private:
   static int close(fid* f);
 
@@ -55,6 +61,9 @@ class Fabric final : public Object {
   std::string name_;
   uint32_t api_version_;
   std::atomic<size_t> eqs_{0};
+  // Outlives the transport, which ~Fabric's body destroys, and with it the progress thread
+  // that publishes this after its rounds.
+  Outbox outbox_;
   std::mutex transport_mu_;
   std::atomic<Transport*> transport_{nullptr};
 };

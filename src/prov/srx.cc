@@ -6,6 +6,7 @@
 #include "prov/cq.h"
 #include "prov/domain.h"
 #include "prov/endpoint.h"
+#include "prov/fabric.h"
 #include "prov/provider.h"
 
 namespace fabq::prov {
@@ -95,7 +96,7 @@ ssize_t Srx::post_recv(const PostedRecv& posted) {
     ep->resume_if_stalled();
     ep->borrowed_.fetch_sub(1, std::memory_order_release);
   }
-  raise_deferred();
+  domain_->fabric()->outbox().publish();
   return 0;
 }
 
