@@ -92,7 +92,7 @@ Endpoint::~Endpoint() {
   // In an order that leaves no other thread a pointer into this endpoint or its connections.
   // 1. Nothing more is placed here: a connection still reading discards what comes.
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     closing_ = true;
     stalled_.clear();  // its connections go in step 4: nothing may resume them after
   }
@@ -100,7 +100,7 @@ Endpoint::~Endpoint() {
   // 2. Out of the SRX's hands: no SRX post takes a message that came through here, or walks
   //    its endpoints to this one, after this.
   if (srx_ != nullptr) {
-    std::lock_guard lock(srx_->mu_);
+    core::MutexLock lock(srx_->mu_);
     srx_->queue_.orphan(this);
     std::erase(srx_->endpoints_, this);
   }
@@ -116,7 +116,7 @@ Endpoint::~Endpoint() {
   //    back there.
   if (srx_ != nullptr) {
     {
-      std::lock_guard lock(srx_->mu_);
+      core::MutexLock lock(srx_->mu_);
       for (PostedRecv& r : srx_->queue_.drop_from(this)) {
         if (cq != nullptr) cq->queue().cancel_reservation(1);  // it took its slot here
         r.owner = nullptr;
@@ -145,12 +145,12 @@ Endpoint::~Endpoint() {
 }
 
 Eq* Endpoint::eq() {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return eq_;
 }
 
 Srx* Endpoint::srx() {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return srx_;
 }
 
@@ -159,14 +159,15 @@ Outbox& Endpoint::outbox() const {
 }
 
 Connection* Endpoint::connection() {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return conn_.get();
 }
 
 int Endpoint::enable() {
   sockaddr_in at{};
+  xport::ConnParams params;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     if (enabled_) return 0;
     if (rdm_ ? av_ == nullptr : eq_ == nullptr) return rdm_ ? -FI_ENOAV : -FI_ENOEQ;
     if (rx_cq() == nullptr && rx_cntr_ == nullptr && srx_ == nullptr) return -FI_ENOCQ;
@@ -175,14 +176,15 @@ int Endpoint::enable() {
       return 0;
     }
     at = src_;
+    params = conn_params_locked();
   }
   // The listener is made (and, on failure, destroyed, which takes the engine lock) without
   // the endpoint's lock: the engine's lock comes first.
   int err = 0;
   std::unique_ptr<Listener> listener =
-      domain_->fabric()->transport()->open_listener(this, conn_params(), at, &err);
+      domain_->fabric()->transport()->open_listener(this, params, at, &err);
   if (listener == nullptr) return err != 0 ? err : -FI_EIO;
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (enabled_) return 0;  // another thread's fi_enable won; this listener closes unused
   listener_ = std::move(listener);
   size_t len = sizeof(rdm_name_);
@@ -192,11 +194,14 @@ int Endpoint::enable() {
 }
 
 bool Endpoint::can_free(const Connection* c) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   std::erase(stalled_, c);  // closed: nothing to resume
-  std::unique_lock<std::mutex> slock;
-  if (srx_ != nullptr) slock = std::unique_lock(srx_->mu_);
-  return borrowed_.load(std::memory_order_acquire) == 0 && !queue_locked().refers_to(c);
+  // borrowed_ is looked at under the SRX's lock too: an SRX's post borrows under it only.
+  if (srx_ == nullptr) {
+    return borrowed_.load(std::memory_order_acquire) == 0 && !queue_.refers_to(c);
+  }
+  core::MutexLock slock(srx_->mu_);
+  return borrowed_.load(std::memory_order_acquire) == 0 && !srx_->queue_.refers_to(c);
 }
 
 fi_addr_t Endpoint::source_of(const Incoming& in) const {
@@ -243,10 +248,6 @@ void Endpoint::deliver_unexpected(const PostedRecv& r, const Unexpected& u,
   complete_recv(r, u.in, n, events);
 }
 
-RecvQueue& Endpoint::queue_locked() {
-  return srx_ != nullptr ? srx_->queue_ : queue_;
-}
-
 ssize_t Endpoint::post_recv(const PostedRecv& posted) {
   PostedRecv r = posted;
   if (r.default_flags) r.flags = rx_op_flags_;
@@ -256,18 +257,8 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
   Connection* ack_conn = nullptr;  // borrowed (borrowed_) while not null
   uint32_t ack_seq = 0;
   bool resume = false;
-  // A buffered message was consumed: its delivery acknowledgement (if the sender asked for one)
-  // goes back through the connection it came on, and a connection that stalled may go on.
-  auto consumed = [&](const Unexpected* u) {
-    if (u->in.ack == AckWanted::kDelivered && u->in.via != nullptr) {
-      ack_seq = u->in.seq;
-      ack_conn = u->in.via;
-      borrowed_.fetch_add(1, std::memory_order_relaxed);
-    }
-    resume = resume || !stalled_.empty();
-  };
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     if (!enabled_ || failed_ || srx_ != nullptr) return -FI_EOPBADSTATE;
     cq = rx_cq();
     if (r.flags & (FI_PEEK | FI_CLAIM)) {
@@ -288,7 +279,7 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
                              .src_addr = source_of(u->in)};
           if (!cq->queue().write(c).ok()) return -FI_EAGAIN;
           if (r.flags & FI_DISCARD) {
-            consumed(u);
+            consumed_locked(u, &ack_conn, &ack_seq, &resume);
             queue_.remove(u);
           } else if (r.flags & FI_CLAIM) {
             u->claimed_by = r.context;
@@ -307,7 +298,7 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
         } else {
           deliver_unexpected(r, *u, &cq_events);
         }
-        consumed(u);
+        consumed_locked(u, &ack_conn, &ack_seq, &resume);
         queue_.remove(u);
       }
     } else {
@@ -325,7 +316,7 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
       } else if (Unexpected* u = queue_.find_unexpected(r.tagged, r.tag, r.ignore)) {
         if (u->complete) {
           deliver_unexpected(r, *u, &cq_events);
-          consumed(u);
+          consumed_locked(u, &ack_conn, &ack_seq, &resume);
           queue_.remove(u);
         } else {
           u->taker = r;  // completes when the rest of it arrives
@@ -351,13 +342,23 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
   return 0;
 }
 
+void Endpoint::consumed_locked(const Unexpected* u, Connection** ack_conn, uint32_t* ack_seq,
+                               bool* resume) {
+  if (u->in.ack == AckWanted::kDelivered && u->in.via != nullptr) {
+    *ack_seq = u->in.seq;
+    *ack_conn = u->in.via;
+    borrowed_.fetch_add(1, std::memory_order_relaxed);
+  }
+  *resume = *resume || !stalled_.empty();
+}
+
 void Endpoint::resume_if_stalled() {
   // A stall recorded after the swap is one this call's post did not cure: it waits for the
   // next. The connections are borrowed until resumed; the listener lives until close.
   std::vector<Connection*> conns;
   Listener* l = nullptr;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     if (!stalled_.empty()) {
       conns.swap(stalled_);
       // The spare's capacity: the next stall allocates nothing.
@@ -370,7 +371,7 @@ void Endpoint::resume_if_stalled() {
   if (!conns.empty()) {
     conns.clear();
     {
-      std::lock_guard lock(mu_);
+      core::MutexLock lock(mu_);
       if (spare_stalled_.capacity() == 0) spare_stalled_.swap(conns);
     }
     // Last: once no borrower is left, a closing endpoint may go.
@@ -383,7 +384,7 @@ ssize_t Endpoint::cancel(void* context) {
   std::vector<uint32_t> cq_events;
   Cq* cq = nullptr;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     std::optional<PostedRecv> r = queue_.take_context(context);
     if (!r) return -FI_ENOENT;
     if ((cq = rx_cq()) != nullptr) {
@@ -397,7 +398,7 @@ ssize_t Endpoint::cancel(void* context) {
 
 Endpoint::Failure Endpoint::fail(uint32_t type) {
   Failure f;
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (failed_) return f;
   failed_ = true;
   f.first = true;
@@ -414,7 +415,7 @@ Endpoint::Failure Endpoint::fail(uint32_t type) {
 
 bool Endpoint::place(const Incoming& in, Placement* p) {
   PlaceRecord& rec = p->as<PlaceRecord>();
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   p->iov_count = 0;
   p->capacity = 0;
   if (failed_ || closing_) {
@@ -425,7 +426,7 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
   Cq* cq = rx_cq();
   std::optional<PostedRecv> r;
   if (srx_ != nullptr) {
-    std::lock_guard slock(srx_->mu_);
+    core::MutexLock slock(srx_->mu_);
     // An SRX's receives take their CQ slot when a message picks them.
     const bool credit = cq == nullptr || cq->queue().reserve(1).ok();
     if (!credit) {
@@ -477,7 +478,7 @@ bool Endpoint::stall_locked(const Incoming& in) {
 }
 
 bool Endpoint::take_retry() {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return std::exchange(retry_, false);
 }
 
@@ -485,7 +486,7 @@ bool Endpoint::placed(const Incoming& in, Placement* p) {
   PlaceRecord& rec = p->as<PlaceRecord>();
   std::vector<uint32_t> events;
   bool ack_now = in.ack == AckWanted::kDelivered;
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   switch (std::exchange(rec.kind, PlaceRecord::Kind::kNone)) {
     case PlaceRecord::Kind::kPosted:
       --placing_;
@@ -493,16 +494,14 @@ bool Endpoint::placed(const Incoming& in, Placement* p) {
       break;
     case PlaceRecord::Kind::kUnexpected: {
       Unexpected* u = std::exchange(rec.unexpected, nullptr);
-      std::unique_lock<std::mutex> slock;
-      if (srx_ != nullptr) slock = std::unique_lock(srx_->mu_);
-      u->complete = true;
-      if (u->taker) {
-        // Its CQ slot was reserved when it was posted, on this endpoint's receive CQ.
-        deliver_unexpected(*u->taker, *u, &events);
-        queue_locked().remove(u);
+      bool taken = false;
+      if (srx_ == nullptr) {
+        taken = arrived_locked(u, queue_, &events);
       } else {
-        ack_now = false;  // acknowledged when a receive takes it
+        core::MutexLock slock(srx_->mu_);
+        taken = arrived_locked(u, srx_->queue_, &events);
       }
+      if (!taken) ack_now = false;  // acknowledged when a receive takes it
       break;
     }
     case PlaceRecord::Kind::kDiscard:  // a failed endpoint's: nothing was delivered
@@ -514,11 +513,27 @@ bool Endpoint::placed(const Incoming& in, Placement* p) {
   return ack_now;
 }
 
+bool Endpoint::arrived_locked(Unexpected* u, RecvQueue& q, std::vector<uint32_t>* events) {
+  u->complete = true;
+  if (!u->taker) return false;
+  // Its CQ slot was reserved when it was posted, on this endpoint's receive CQ.
+  deliver_unexpected(*u->taker, *u, events);
+  q.remove(u);
+  return true;
+}
+
 void Endpoint::unplace(Placement* p) {
+  core::MutexLock lock(mu_);
+  if (srx_ == nullptr) {
+    unplace_locked(p, queue_, /*shared=*/false);
+    return;
+  }
+  core::MutexLock slock(srx_->mu_);
+  unplace_locked(p, srx_->queue_, /*shared=*/true);
+}
+
+void Endpoint::unplace_locked(Placement* p, RecvQueue& q, bool shared) {
   PlaceRecord& rec = p->as<PlaceRecord>();
-  std::lock_guard lock(mu_);
-  std::unique_lock<std::mutex> slock;
-  if (srx_ != nullptr) slock = std::unique_lock(srx_->mu_);
   std::optional<PostedRecv> back;
   switch (std::exchange(rec.kind, PlaceRecord::Kind::kNone)) {
     case PlaceRecord::Kind::kPosted:
@@ -528,7 +543,7 @@ void Endpoint::unplace(Placement* p) {
     case PlaceRecord::Kind::kUnexpected: {
       Unexpected* u = std::exchange(rec.unexpected, nullptr);
       back = u->taker;
-      queue_locked().remove(u);
+      q.remove(u);
       break;
     }
     default:
@@ -547,7 +562,7 @@ void Endpoint::unplace(Placement* p) {
   }
   // A shared receive takes its CQ slot when a message picks it; a receive of this endpoint's
   // own keeps the one it took when posted.
-  if (srx_ != nullptr) {
+  if (shared) {
     if (Cq* cq = rx_cq(); cq != nullptr) cq->queue().cancel_reservation(1);
     back->owner = nullptr;
   }
@@ -556,14 +571,14 @@ void Endpoint::unplace(Placement* p) {
     // receives go with it, and no other connection of it may be touched (a buffered message's
     // may be gone). A shared receive is matched only with messages of other endpoints (this
     // one's are orphaned), whose connections stay.
-    if (srx_ == nullptr) {
-      queue_.post_front(*back);
+    if (!shared) {
+      q.post_front(*back);
     } else {
-      give_back_locked(srx_->queue_, /*shared=*/true, *back);
+      give_back_locked(q, /*shared=*/true, *back);
     }
     return;
   }
-  give_back_locked(queue_locked(), srx_ != nullptr, *back);
+  give_back_locked(q, shared, *back);
   // A connection that stalled for want of a receive may take this one. Resuming only schedules
   // it (the engine's scheduling lock, innermost), so it is done here, under the locks.
   for (Connection* c : stalled_) c->resume();
@@ -601,7 +616,7 @@ void Endpoint::connection_ended() {
   std::vector<uint32_t> events;
   Cq* cq = nullptr;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     if (rdm_ || std::exchange(ended_, true) || srx_ != nullptr) return;
     cq = rx_cq();
     for (const PostedRecv& r : queue_.take_all()) {
@@ -631,9 +646,12 @@ ssize_t Endpoint::post_send(const SendRequest& req) {
   std::vector<std::unique_ptr<Connection>> dead;  // freed once mu_ is released
   FaultAction action;
   std::vector<uint32_t> cq_events;
+  Cq* tx_cq = nullptr;     // fixed once enabled
+  sockaddr_in announce{};  // RDM: the listener's name, sent to a fresh connection's peer
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     if (!enabled_ || failed_) return -FI_EOPBADSTATE;
+    tx_cq = tx_cq_;
     if (!rdm_) {
       conn = conn_.get();
       if (conn == nullptr || !conn->connected()) return -FI_ENOTCONN;
@@ -650,6 +668,7 @@ ssize_t Endpoint::post_send(const SendRequest& req) {
         if (reserve) tx_cq_->queue().cancel_reservation(1);
         return err;
       }
+      if (fresh) announce = rdm_name_;
       borrowed_.fetch_add(1, std::memory_order_relaxed);
     }
     op = tx_ring_.take(reserve);
@@ -692,14 +711,14 @@ ssize_t Endpoint::post_send(const SendRequest& req) {
   }
   dead.clear();
   raise(domain_, this, action.events);
-  raise(domain_, tx_cq_, cq_events);
+  raise(domain_, tx_cq, cq_events);
   int rc = op != nullptr ? conn->submit(op) : 0;
   // RDM: a new connection is connected after its first send is queued on it, so that a
   // refusal known at once fails that send like any later one.
-  if (fresh) conn->connect(peer, &rdm_name_, sizeof(rdm_name_));
+  if (fresh) conn->connect(peer, &announce, sizeof(announce));
   if (rdm_) borrowed_.fetch_sub(1, std::memory_order_release);
   if (rc != 0) {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     if (tx_ring_.reserved(op)) tx_cq_->queue().cancel_reservation(1);
     tx_ring_.release(op);
     // RDM: the connection closed between lookup and submit; the next try makes a new one.
@@ -726,7 +745,7 @@ Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer
     for (auto& c : retired_) dead->push_back(std::move(c));
     retired_.clear();
   }
-  p = domain_->fabric()->transport()->make_connection(this, conn_params());
+  p = domain_->fabric()->transport()->make_connection(this, conn_params_locked());
   *peer = sa;
   *fresh = true;
   return p.get();
@@ -758,55 +777,56 @@ void Endpoint::finish_send(TxOp* op, int err, std::vector<uint32_t>* events) {
 void Endpoint::tx_written(TxOp* op) {
   std::vector<uint32_t> events;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     if (op->level == TxLevel::kInject) {
       finish_send(op, 0, &events);
     } else {
       tx_ring_.mark_written(op);
     }
+    outbox().add(domain_, tx_cq_, events);
   }
-  outbox().add(domain_, tx_cq_, events);
 }
 
 void Endpoint::tx_lost(TxOp* op, int err) {
   std::vector<uint32_t> events;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     finish_send(op, op->level == TxLevel::kInject ? 0 : err, &events);
+    outbox().add(domain_, tx_cq_, events);
   }
-  outbox().add(domain_, tx_cq_, events);
 }
 
 bool Endpoint::tx_acked(const Connection* c, uint32_t seq, bool delivered) {
   std::vector<uint32_t> events;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     TxOp* op = tx_ring_.find_written(seq);
     if (op == nullptr || op->conn != c) return false;
     const TxLevel want = delivered ? TxLevel::kDelivery : TxLevel::kTransmit;
     if (op->level != want) return false;
     finish_send(op, 0, &events);
+    outbox().add(domain_, tx_cq_, events);
   }
-  outbox().add(domain_, tx_cq_, events);
   return true;
 }
 
 void Endpoint::abort_sends(Connection* c, int err) {
   std::vector<uint32_t> events;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     // Only what `c` took: a send still on its way into submit() (this runs under c's lock,
     // as submit() does) fails there and is freed by its poster.
-    tx_ring_.for_each_taken([&](TxOp* op) {
-      if (op->conn == c && op->accepted) finish_send(op, err, &events);
-    });
+    for (size_t i = 0; i < tx_ring_.size(); ++i) {
+      TxOp* op = tx_ring_.taken(i);
+      if (op != nullptr && op->conn == c && op->accepted) finish_send(op, err, &events);
+    }
+    outbox().add(domain_, tx_cq_, events);
   }
-  outbox().add(domain_, tx_cq_, events);
 }
 
 // --- connection events
 
-xport::ConnParams Endpoint::conn_params() const {
+xport::ConnParams Endpoint::conn_params_locked() const {
   return {.rdm = rdm_, .max_msg_size = max_msg_size_, .src = src_, .auth = auth_key()};
 }
 

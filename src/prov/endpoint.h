@@ -34,6 +34,8 @@
 // posts with -FI_EOPBADSTATE.
 //
 // Threads: every call may come from any thread (FI_THREAD_SAFE); each object has one mutex.
+// Lock order (docs/locking.md): the endpoint's lock (Endpoint::mu_) after the transport's, then
+// its SRX's (Srx::mu_); under them only leaves (a CQ's, the fabric's outbox).
 #pragma once
 
 #include <rdma/fi_domain.h>
@@ -41,11 +43,11 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "core/hmac.h"
+#include "core/mutex.h"
 #include "prov/events.h"
 #include "prov/object.h"
 #include "prov/recv_queue.h"
@@ -112,8 +114,8 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   ~Endpoint() override;
   fid_ep* handle() { return &box_.fid; }
   Domain* domain() const { return domain_; }
-  Eq* eq();
-  Srx* srx();
+  Eq* eq() FABQ_EXCLUDES(mu_);
+  Srx* srx() FABQ_EXCLUDES(mu_);
   // Without the endpoint's lock: an SRX asks while holding its own (lock order: endpoint, SRX).
   Cq* rx_cq() const { return rx_cq_.load(std::memory_order_acquire); }
   // What fail() did: whether the endpoint was failed now (not before), and the events the
@@ -126,20 +128,18 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   };
   // Puts the endpoint in the error state and fails its posted receives with `type` as
   // prov_errno. Takes the endpoint's lock; raises nothing.
-  [[nodiscard]] Failure fail(uint32_t type);
-  // The address fi_getinfo gave it (port 0 until it connects).
-  const sockaddr_in& src_addr() const { return src_; }
+  [[nodiscard]] Failure fail(uint32_t type) FABQ_EXCLUDES(mu_);
   size_t max_msg_size() const { return max_msg_size_; }
   bool rdm() const { return rdm_; }
-  // RDM: the listener's address once enabled (what a peer inserts in its AV).
-  const sockaddr_in& rdm_name() const { return rdm_name_; }
   // The secret its connections prove (prov/auth.h); null when none. Fixed at open.
   const core::HmacSha256* auth_key() const { return auth_ ? &*auth_ : nullptr; }
 
-  // What its connections are made with (xport/transport.h ConnParams).
-  xport::ConnParams conn_params() const;
+  // What its connections are made with (xport/transport.h ConnParams): its source address
+  // (fi_setname may change it until fi_enable) among them.
+  xport::ConnParams conn_params_locked() const FABQ_REQUIRES(mu_);
 
-  // --- xport::Owner: called by the transport holding the connection's lock.
+  // --- xport::Owner: called by the transport holding the connection's lock. Each takes mu_
+  // (and its SRX's lock after it) and queues the events it causes in the outbox.
   // Where `in`'s payload goes. False: no room now (the connection stalls and asks again).
   bool place(const Incoming& in, Placement* p) override;
   // `in`'s payload has arrived whole. True: send the delivery acknowledgement now.
@@ -177,7 +177,7 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // The connections that stalled in place() (no receive, no room to buffer) are resumed by a
   // post that changes that, or by a receive given back (unplace). Each stall is recorded under
   // the endpoint's lock and taken under it to be resumed, so no resume is lost.
-  void resume_if_stalled();
+  void resume_if_stalled() FABQ_EXCLUDES(mu_);
 
  private:
   friend struct EpOps;
@@ -200,12 +200,28 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // *fresh says it is new and must be connected once mu_ is released; a closed one it replaces
   // goes to *dead, to be destroyed then too.
   Connection* peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer,
-                          std::vector<std::unique_ptr<Connection>>* dead, int* err);
-  int enable();
-  RecvQueue& queue_locked();
+                          std::vector<std::unique_ptr<Connection>>* dead, int* err)
+      FABQ_REQUIRES(mu_);
+  int enable() FABQ_EXCLUDES(mu_);
   // Records that the connection `in` came through stalled; returns false (place() refuses).
-  bool stall_locked(const Incoming& in);
+  bool stall_locked(const Incoming& in) FABQ_REQUIRES(mu_);
+  // A buffered message was consumed by a receive posted now: its delivery acknowledgement, if
+  // the sender asked for one, is owed through the connection it came on (*ack_conn, borrowed
+  // until sent, and *ack_seq), and a connection that stalled may go on (*resume).
+  void consumed_locked(const Unexpected* u, Connection** ack_conn, uint32_t* ack_seq, bool* resume)
+      FABQ_REQUIRES(mu_);
+  // The rest of the buffered message `u` of queue `q` has arrived: a receive waiting for it
+  // completes. False: none waits, its acknowledgement is owed when one takes it. Under mu_
+  // and, when q is its SRX's, the SRX's lock.
+  bool arrived_locked(Unexpected* u, RecvQueue& q, std::vector<uint32_t>* events)
+      FABQ_REQUIRES(mu_);
+  // unplace() with the locks taken: q is the queue its messages go to, the SRX's when `shared`
+  // (whose lock the caller holds too).
+  void unplace_locked(Placement* p, RecvQueue& q, bool shared) FABQ_REQUIRES(mu_);
   // Completes a receive with the message `in` whose payload is in `p` (placed bytes `placed`).
+  // Under the lock of the receive's queue: the endpoint's, or its SRX's (an SRX completes its
+  // receives on the endpoint whose message they take, without that endpoint's lock). What it
+  // reads of the endpoint is fixed once it is enabled.
   void complete_recv(const PostedRecv& r, const Incoming& in, size_t placed,
                      std::vector<uint32_t>* events);
   // FI_SOURCE: the sender's fi_addr_t, or FI_ADDR_NOTAVAIL.
@@ -218,9 +234,9 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // SRX's when `shared`: q is an SRX's, whose receives take a CQ slot when a message picks them).
   static void give_back_locked(RecvQueue& q, bool shared, PostedRecv r);
   // Completes the send in `op` (`err` 0: successfully) on the transmit CQ and counter, and frees
-  // its slot. Under mu_.
-  void finish_send(TxOp* op, int err, std::vector<uint32_t>* events);
-  Connection* connection();
+  // its slot.
+  void finish_send(TxOp* op, int err, std::vector<uint32_t>* events) FABQ_REQUIRES(mu_);
+  Connection* connection() FABQ_EXCLUDES(mu_);
   // Its fabric's (prov/outbox.h): where code under its lock, or in an upcall, queues the
   // asynchronous events it causes; published after each downcall that may have queued some.
   Outbox& outbox() const;
@@ -233,45 +249,52 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   const size_t max_msg_size_;
   const uint64_t tx_op_flags_;
   const uint64_t rx_op_flags_;
-  sockaddr_in src_{};
-  std::optional<sockaddr_in> dest_;
-  fid_t conn_handle_ = nullptr;  // the CONNREQ this endpoint was opened from
-  std::mutex mu_;
-  bool enabled_ = false;
-  bool failed_ = false;
-  bool ended_ = false;    // MSG: connection_ended()
-  bool closing_ = false;  // the destructor runs: nothing more is placed
-  bool tx_selective_ = false;
-  bool rx_selective_ = false;
+  // After the transport's locks, before its SRX's (docs/locking.md).
+  core::Mutex mu_;
+  sockaddr_in src_ FABQ_GUARDED_BY(mu_){};
+  std::optional<sockaddr_in> dest_ FABQ_GUARDED_BY(mu_);
+  // The CONNREQ this endpoint was opened from: set at open, before the endpoint is handed out.
+  fid_t conn_handle_ = nullptr;
+  bool enabled_ FABQ_GUARDED_BY(mu_) = false;
+  bool failed_ FABQ_GUARDED_BY(mu_) = false;
+  bool ended_ FABQ_GUARDED_BY(mu_) = false;    // MSG: connection_ended()
+  bool closing_ FABQ_GUARDED_BY(mu_) = false;  // the destructor runs: nothing more is placed
+  bool tx_selective_ FABQ_GUARDED_BY(mu_) = false;
   static constexpr size_t kStallRoom = 4;
-  std::vector<Connection*> stalled_;        // those place() refused a message; guarded by mu_
-  std::vector<Connection*> spare_stalled_;  // empty, with capacity, for stalled_; guarded by mu_
-  bool retry_ = false;                      // ... because the receive CQ was full; guarded by mu_
-  Eq* eq_ = nullptr;
-  Cq* tx_cq_ = nullptr;
+  // Those place() refused a message.
+  std::vector<Connection*> stalled_ FABQ_GUARDED_BY(mu_);
+  // Empty, with capacity, for stalled_.
+  std::vector<Connection*> spare_stalled_ FABQ_GUARDED_BY(mu_);
+  bool retry_ FABQ_GUARDED_BY(mu_) = false;  // ... because the receive CQ was full
+  Eq* eq_ FABQ_GUARDED_BY(mu_) = nullptr;
+  Cq* tx_cq_ FABQ_GUARDED_BY(mu_) = nullptr;
+  Cntr* tx_cntr_ FABQ_GUARDED_BY(mu_) = nullptr;
+  Srx* srx_ FABQ_GUARDED_BY(mu_) = nullptr;
   std::atomic<Cq*> rx_cq_{nullptr};  // set once at bind (release), under mu_
-  Cntr* tx_cntr_ = nullptr;
+  // What a receive's completion reads (complete_recv), also under an SRX's lock only: set under
+  // mu_ at bind, which is refused once the endpoint is enabled, and fixed after that, when
+  // messages can come.
+  bool rx_selective_ = false;
   Cntr* rx_cntr_ = nullptr;
-  Srx* srx_ = nullptr;
   Av* av_ = nullptr;  // RDM
   const bool rdm_;
   const bool source_;  // FI_SOURCE asked for
   const std::optional<core::HmacSha256> auth_;
-  sockaddr_in rdm_name_{};
-  RecvQueue queue_;
+  sockaddr_in rdm_name_ FABQ_GUARDED_BY(mu_){};
+  RecvQueue queue_ FABQ_GUARDED_BY(mu_);
   // Messages being placed into posted receives now (each holds a receive CQ slot).
-  size_t placing_ = 0;
+  size_t placing_ FABQ_GUARDED_BY(mu_) = 0;
   // The sends from post to completion.
-  TxRing tx_ring_;
+  TxRing tx_ring_ FABQ_GUARDED_BY(mu_);
   // MSG: created by fi_connect, or at open for an endpoint opened from a CONNREQ. RDM: the
   // listener, opened by fi_enable, and the outgoing connection to each peer, indexed by
   // fi_addr_t (an AV never hands out an index twice, so an index always names one address).
   // All destroyed first.
-  std::unique_ptr<Connection> conn_;
-  std::unique_ptr<Listener> listener_;
-  std::vector<std::unique_ptr<Connection>> peers_;
+  std::unique_ptr<Connection> conn_ FABQ_GUARDED_BY(mu_);
+  std::unique_ptr<Listener> listener_ FABQ_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Connection>> peers_ FABQ_GUARDED_BY(mu_);
   // Replaced outgoing connections, freed once no thread borrows one.
-  std::vector<std::unique_ptr<Connection>> retired_;
+  std::vector<std::unique_ptr<Connection>> retired_ FABQ_GUARDED_BY(mu_);
   // Threads using a connection they found under mu_ after releasing it (a send submitting, a
   // delivery acknowledgement going out). Incremented under mu_ (or the SRX's lock); a
   // connection is freed only while it is zero, looked at under the same locks.

@@ -150,7 +150,7 @@ struct EpOps {
   static int bind(fid* f, fid* bfid, uint64_t flags) {
     Endpoint* e = Endpoint::from_fid(f);
     if (e == nullptr || bfid == nullptr) return -FI_EINVAL;
-    std::lock_guard lock(e->mu_);
+    core::MutexLock lock(e->mu_);
     if (e->enabled_) return -FI_EOPBADSTATE;
     switch (bfid->fclass) {
       case FI_CLASS_EQ: {
@@ -260,7 +260,7 @@ struct EpOps {
     sockaddr_in peer{};
     Connection* conn = nullptr;
     {
-      std::lock_guard lock(e->mu_);
+      core::MutexLock lock(e->mu_);
       if (!e->enabled_ || e->failed_ || e->conn_handle_ != nullptr) return -FI_EOPBADSTATE;
       if (e->conn_ != nullptr) return -FI_EISCONN;
       if (addr != nullptr) {
@@ -271,7 +271,7 @@ struct EpOps {
         return -FI_EINVAL;
       }
       if (peer.sin_family != AF_INET) return -FI_EINVAL;
-      e->conn_ = e->domain_->fabric()->transport()->make_connection(e, e->conn_params());
+      e->conn_ = e->domain_->fabric()->transport()->make_connection(e, e->conn_params_locked());
       conn = e->conn_.get();
     }
     return conn->connect(peer, param, paramlen);
@@ -285,7 +285,7 @@ struct EpOps {
     Connection* conn = e->connection();
     if (conn == nullptr || e->conn_handle_ == nullptr) return -FI_EOPBADSTATE;
     {
-      std::lock_guard lock(e->mu_);
+      core::MutexLock lock(e->mu_);
       if (!e->enabled_) return -FI_EOPBADSTATE;
     }
     return conn->accept(param, paramlen);
@@ -306,7 +306,7 @@ struct EpOps {
     if (Connection* conn = e->connection(); conn != nullptr) return conn->getname(addr, addrlen);
     sockaddr_in name;
     {
-      std::lock_guard lock(e->mu_);
+      core::MutexLock lock(e->mu_);
       name = e->enabled_ && e->rdm_ ? e->rdm_name_ : e->src_;
     }
     return core::copy_sockaddr(name, addr, addrlen);
@@ -319,7 +319,7 @@ struct EpOps {
     sockaddr_in a;
     std::memcpy(&a, addr, sizeof(a));
     if (a.sin_family != AF_INET) return -FI_EINVAL;
-    std::lock_guard lock(e->mu_);
+    core::MutexLock lock(e->mu_);
     if (e->enabled_) return -FI_EOPBADSTATE;
     e->src_ = a;
     return 0;
@@ -481,14 +481,14 @@ struct EpOps {
   static ssize_t tx_size_left(fid_ep* f) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
-    std::lock_guard lock(e->mu_);
+    core::MutexLock lock(e->mu_);
     if (!e->enabled_) return -FI_EOPBADSTATE;
     return static_cast<ssize_t>(e->tx_ring_.free_count());
   }
   static ssize_t rx_size_left(fid_ep* f) {
     Endpoint* e = R::of(f);
     if (e == nullptr) return -FI_EINVAL;
-    std::lock_guard lock(e->mu_);
+    core::MutexLock lock(e->mu_);
     if (!e->enabled_) return -FI_EOPBADSTATE;
     return static_cast<ssize_t>(e->rx_size_ - e->queue_.posted());
   }
@@ -647,17 +647,27 @@ int open_endpoint(fid_domain* domain_fid, fi_info* info, fid_ep** out, void* con
   if (kind == HandleKind::kUnknown) return -FI_EINVAL;
   Endpoint* e = make_object<Endpoint>(domain, *info, context);
   if (e == nullptr) return -FI_ENOMEM;
-  // fi_endpoint(3): an active endpoint may take over a passive endpoint's address.
-  if (kind == HandleKind::kPassiveEp && pep_name.sin_family == AF_INET) e->src_ = pep_name;
+  // Nobody else knows the endpoint yet, so its lock (what guards its address) is free; it is
+  // released before the request is taken: the requests' pool and the transport come first.
+  xport::ConnParams params;
+  {
+    core::MutexLock lock(e->mu_);
+    // fi_endpoint(3): an active endpoint may take over a passive endpoint's address.
+    if (kind == HandleKind::kPassiveEp && pep_name.sin_family == AF_INET) e->src_ = pep_name;
+    params = e->conn_params_locked();
+  }
   if (kind == HandleKind::kConnReq) {
     // Opened from an FI_CONNREQ: the endpoint takes over the pending connection.
     e->conn_handle_ = info->handle;
     int err = 0;
-    e->conn_ = take_request(domain->fabric(), info->handle, e, e->conn_params(), &err);
-    if (e->conn_ == nullptr) {
+    std::unique_ptr<Connection> conn =
+        take_request(domain->fabric(), info->handle, e, params, &err);
+    if (conn == nullptr) {
       delete e;
       return err != 0 ? err : -FI_EINVAL;
     }
+    core::MutexLock lock(e->mu_);
+    e->conn_ = std::move(conn);
   }
   *out = e->handle();
   domain->register_target(e);

@@ -119,7 +119,7 @@ void set_transport_factory(TransportFactory factory) {
 
 Transport* Fabric::transport() {
   if (Transport* t = transport_if_any()) return t;
-  std::lock_guard lock(transport_mu_);
+  core::MutexLock lock(transport_mu_);
   Transport* t = transport_.load(std::memory_order_relaxed);
   if (t == nullptr) {
     const Params& p = params();

@@ -10,9 +10,9 @@
 #include <rdma/fabric.h>
 
 #include <atomic>
-#include <mutex>
 #include <string>
 
+#include "core/mutex.h"
 #include "prov/object.h"
 #include "prov/outbox.h"
 #include "xport/transport.h"
@@ -43,8 +43,9 @@ class Fabric final : public Object {
   void release_eq_slot() { eqs_.fetch_sub(1, std::memory_order_relaxed); }
 
   // The transport that moves this fabric's bytes (xport/transport.h): created by the first
-  // endpoint or passive endpoint, destroyed with the fabric.
-  Transport* transport();
+  // endpoint or passive endpoint, destroyed with the fabric. Takes transport_mu_ while it has
+  // none yet; any caller (an endpoint's lock may be held).
+  Transport* transport() FABQ_EXCLUDES(transport_mu_);
   // Null until then; what queue reads look at to drive progress. Acquire pairs with the
   // release in transport().
   Transport* transport_if_any() const { return transport_.load(std::memory_order_acquire); }
@@ -64,7 +65,10 @@ class Fabric final : public Object {
   // Outlives the transport, which ~Fabric's body destroys, and with it the progress thread
   // that publishes this after its rounds.
   Outbox outbox_;
-  std::mutex transport_mu_;
+  // One transport is made: held while it is. Taken under an endpoint's lock (a first
+  // connection); inside it only the transport's constructor runs (docs/locking.md).
+  core::Mutex transport_mu_;
+  // Written once, under transport_mu_ (release); read without it (acquire).
   std::atomic<Transport*> transport_{nullptr};
 };
 

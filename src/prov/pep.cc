@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <type_traits>
 #include <vector>
 
 #include "core/cm_data.h"
@@ -18,6 +19,16 @@
 #include "prov/noop.h"
 
 namespace fabq::prov {
+namespace {
+
+// The requests' pool's lock (docs/locking.md): which requests exist and every request's state;
+// taken after a passive endpoint's, and a listener's after it (ConnReq::claim). A global of its
+// own, unlike the pool it guards, so that the analysis can name it in ConnReq; it has nothing
+// to destroy at exit (a std::mutex's destructor is trivial where fabq builds).
+constinit core::Mutex g_conn_reqs_mu;
+static_assert(std::is_trivially_destructible_v<core::Mutex>);
+
+}  // namespace
 
 // --- ConnReq
 
@@ -33,32 +44,35 @@ namespace fabq::prov {
 struct ConnReq {
   enum class State : uint8_t { kPending, kTaken, kAborted };
 
-  fid fid_{};  // first: info->handle points here
-  State state = State::kAborted;
-  Fabric* fabric = nullptr;
-  PassiveEp* pep = nullptr;
-  xport::Connection* conn = nullptr;
-  const fi_info* info = nullptr;  // the FI_CONNREQ's, which the application owns once read
+  fid fid_{};  // first: info->handle points here; set once, when the request is made
+  State state FABQ_GUARDED_BY(g_conn_reqs_mu) = State::kAborted;
+  Fabric* fabric FABQ_GUARDED_BY(g_conn_reqs_mu) = nullptr;
+  PassiveEp* pep FABQ_GUARDED_BY(g_conn_reqs_mu) = nullptr;
+  xport::Connection* conn FABQ_GUARDED_BY(g_conn_reqs_mu) = nullptr;
+  // The FI_CONNREQ's, which the application owns once read.
+  const fi_info* info FABQ_GUARDED_BY(g_conn_reqs_mu) = nullptr;
 
+  // Each takes the pool's lock.
   // The request `handle` names, or null if it is not one.
-  static ConnReq* of(fid_t handle);
+  static ConnReq* of(fid_t handle) FABQ_EXCLUDES(g_conn_reqs_mu);
   // A pending request of `pep` for `conn`, reported with `info`.
-  static ConnReq* open(Fabric* fabric, PassiveEp* pep, xport::Connection* conn,
-                       const fi_info* info);
+  static ConnReq* open(Fabric* fabric, PassiveEp* pep, xport::Connection* conn, const fi_info* info)
+      FABQ_EXCLUDES(g_conn_reqs_mu);
   // Takes a pending request of `fabric` (and of `only`, if not null) for fi_endpoint or
   // fi_reject: its connection, taken out of the passive endpoint's listener under the pool's lock
   // (so that a closing passive endpoint either ended the request first or finds it gone). Null
   // with *err: -FI_EINVAL if it was taken already or belongs to another fabric or passive
   // endpoint; -FI_ECONNABORTED if its passive endpoint ended it or the peer left.
   static std::unique_ptr<xport::Connection> claim(ConnReq* req, const Fabric* fabric,
-                                                  const PassiveEp* only, int* err);
+                                                  const PassiveEp* only, int* err)
+      FABQ_EXCLUDES(g_conn_reqs_mu);
   // The pending requests of `pep` end (it closes); returns the infos they were reported with.
-  static std::vector<const fi_info*> abort_all(const PassiveEp* pep);
+  static std::vector<const fi_info*> abort_all(const PassiveEp* pep) FABQ_EXCLUDES(g_conn_reqs_mu);
   // A request `pep` could not queue ends.
-  static void abort(ConnReq* req);
+  static void abort(ConnReq* req) FABQ_EXCLUDES(g_conn_reqs_mu);
 
  private:
-  void finish_locked(State why);
+  void finish_locked(State why) FABQ_REQUIRES(g_conn_reqs_mu);
 };
 
 namespace {
@@ -66,9 +80,9 @@ namespace {
 inline constexpr size_t kReuseAfter = 256;
 
 struct ConnReqPool {
-  std::mutex mu;
-  std::vector<std::unique_ptr<ConnReq>> all;  // every request ever made, for the unload
-  std::deque<ConnReq*> finished;              // oldest first
+  // Every request ever made, for the unload.
+  std::vector<std::unique_ptr<ConnReq>> all FABQ_GUARDED_BY(g_conn_reqs_mu);
+  std::deque<ConnReq*> finished FABQ_GUARDED_BY(g_conn_reqs_mu);  // oldest first
 };
 
 // Freed only when the provider is unloaded: handles stay readable until then.
@@ -89,8 +103,8 @@ fi_ops g_conn_req_ops = {
 
 // The open passive endpoints, so that a handle can be recognised as one without being read.
 struct PassiveEps {
-  std::mutex mu;  // taken before a passive endpoint's own lock
-  std::vector<PassiveEp*> all;
+  core::Mutex mu;  // taken before a passive endpoint's own lock
+  std::vector<PassiveEp*> all FABQ_GUARDED_BY(mu);
 };
 core::LazyGlobal<PassiveEps> g_peps;
 
@@ -101,7 +115,7 @@ ConnReq* ConnReq::of(fid_t handle) {
   // Looked up, not read: `handle` may be anything the application passed.
   ConnReqPool* pool = g_conn_reqs.if_made();
   if (pool == nullptr) return nullptr;
-  std::lock_guard lock(pool->mu);
+  core::MutexLock lock(g_conn_reqs_mu);
   for (const auto& r : pool->all) {
     if (&r->fid_ == handle) return r.get();
   }
@@ -111,7 +125,7 @@ ConnReq* ConnReq::of(fid_t handle) {
 ConnReq* ConnReq::open(Fabric* fabric, PassiveEp* pep, xport::Connection* conn,
                        const fi_info* info) {
   ConnReqPool& pool = conn_req_pool();
-  std::lock_guard lock(pool.mu);
+  core::MutexLock lock(g_conn_reqs_mu);
   ConnReq* req = nullptr;
   if (pool.finished.size() > kReuseAfter) {
     req = pool.finished.front();
@@ -139,7 +153,7 @@ void ConnReq::finish_locked(State why) {
 
 std::unique_ptr<xport::Connection> ConnReq::claim(ConnReq* req, const Fabric* fabric,
                                                   const PassiveEp* only, int* err) {
-  std::lock_guard lock(conn_req_pool().mu);
+  core::MutexLock lock(g_conn_reqs_mu);
   if (req->state == State::kAborted) {
     *err = -FI_ECONNABORTED;
     return nullptr;
@@ -159,7 +173,7 @@ std::vector<const fi_info*> ConnReq::abort_all(const PassiveEp* pep) {
   std::vector<const fi_info*> infos;
   ConnReqPool* pool = g_conn_reqs.if_made();
   if (pool == nullptr) return infos;
-  std::lock_guard lock(pool->mu);
+  core::MutexLock lock(g_conn_reqs_mu);
   for (const auto& r : pool->all) {
     if (r->state != State::kPending || r->pep != pep) continue;
     infos.push_back(r->info);
@@ -169,7 +183,7 @@ std::vector<const fi_info*> ConnReq::abort_all(const PassiveEp* pep) {
 }
 
 void ConnReq::abort(ConnReq* req) {
-  std::lock_guard lock(conn_req_pool().mu);
+  core::MutexLock lock(g_conn_reqs_mu);
   if (req->state == State::kPending) req->finish_locked(State::kAborted);
 }
 
@@ -261,17 +275,17 @@ PassiveEp::PassiveEp(Fabric* fabric, const fi_info& info, void* context)
   }
   listener_ = fabric->transport()->open_passive(this, auth_ ? &*auth_ : nullptr);
   PassiveEps& peps = g_peps.get();
-  std::lock_guard lock(peps.mu);
+  core::MutexLock lock(peps.mu);
   peps.all.push_back(this);
 }
 
 bool PassiveEp::name_if_open(fid_t handle, sockaddr_in* name) {
   PassiveEps* peps = g_peps.if_made();
   if (peps == nullptr) return false;
-  std::lock_guard lock(peps->mu);
+  core::MutexLock lock(peps->mu);
   for (PassiveEp* p : peps->all) {
     if (&p->box_.fid.fid != handle) continue;
-    std::lock_guard plock(p->mu_);
+    core::MutexLock plock(p->mu_);
     *name = p->addr_;
     return true;
   }
@@ -281,13 +295,13 @@ bool PassiveEp::name_if_open(fid_t handle, sockaddr_in* name) {
 PassiveEp::~PassiveEp() {
   {
     PassiveEps& peps = g_peps.get();
-    std::lock_guard lock(peps.mu);
+    core::MutexLock lock(peps.mu);
     std::erase(peps.all, this);
   }
   Eq* eq = nullptr;
   {
     // From here on a request is refused: none is reported after its requests ended below.
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     closing_ = true;
     eq = eq_;
   }
@@ -320,7 +334,7 @@ int PassiveEp::bind(fid* bfid, uint64_t flags) {
   Eq* eq = Eq::from_fid(bfid);
   if (eq == nullptr) return -FI_EINVAL;
   if (flags != 0) return -FI_EBADFLAGS;
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (eq_ != nullptr) return -FI_EBUSY;
   eq->hold();
   eq_ = eq;
@@ -330,7 +344,7 @@ int PassiveEp::bind(fid* bfid, uint64_t flags) {
 int PassiveEp::listen() {
   sockaddr_in at{};
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     if (listening_) return -FI_EOPBADSTATE;
     if (eq_ == nullptr) return -FI_ENOEQ;
     at = addr_;
@@ -338,7 +352,7 @@ int PassiveEp::listen() {
   }
   sockaddr_in bound{};
   const int rc = listener_->listen(at, &bound);
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (rc != 0) {
     listening_ = false;
     return rc;
@@ -348,12 +362,12 @@ int PassiveEp::listen() {
 }
 
 int PassiveEp::getname(void* addr, size_t* len) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return core::copy_sockaddr(addr_, addr, len);
 }
 
 int PassiveEp::setname(const void* addr, size_t len) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (addr == nullptr || len < sizeof(sockaddr_in)) return -FI_EINVAL;
   if (listening_) return -FI_EOPBADSTATE;
   sockaddr_in a;
@@ -365,7 +379,7 @@ int PassiveEp::setname(const void* addr, size_t len) {
 
 bool PassiveEp::request(xport::Connection* pending, const sockaddr_in& peer, const void* data,
                         size_t len) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   if (eq_ == nullptr || closing_) return false;
   fi_info* info = fi_dupinfo(info_);
   if (info == nullptr) return false;

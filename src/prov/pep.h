@@ -25,10 +25,10 @@
 #include <rdma/fi_endpoint.h>
 
 #include <memory>
-#include <mutex>
 #include <optional>
 
 #include "core/hmac.h"
+#include "core/mutex.h"
 #include "prov/object.h"
 #include "xport/transport.h"
 
@@ -48,7 +48,7 @@ class PassiveEp final : public Object, public xport::PassiveOwner {
   // xport::PassiveOwner: report FI_CONNREQ; false when it cannot be queued (no EQ, no room, the
   // passive endpoint is closing).
   bool request(xport::Connection* pending, const sockaddr_in& peer, const void* data,
-               size_t len) override;
+               size_t len) override FABQ_EXCLUDES(mu_);
 
   // If `handle` is an open passive endpoint's fid: true, and its address in *name. `handle` is
   // compared, never read.
@@ -57,22 +57,23 @@ class PassiveEp final : public Object, public xport::PassiveOwner {
  private:
   friend struct PepOps;
   friend struct ConnReq;
-  int bind(fid* bfid, uint64_t flags);
-  int listen();
-  int getname(void* addr, size_t* len);
-  int setname(const void* addr, size_t len);
-  int reject(fid_t handle, const void* data, size_t len);
+  int bind(fid* bfid, uint64_t flags) FABQ_EXCLUDES(mu_);
+  int listen() FABQ_EXCLUDES(mu_);
+  int getname(void* addr, size_t* len) FABQ_EXCLUDES(mu_);
+  int setname(const void* addr, size_t len) FABQ_EXCLUDES(mu_);
+  int reject(fid_t handle, const void* data, size_t len) FABQ_EXCLUDES(mu_);
 
   FidBox<fid_pep> box_;
   Fabric* const fabric_;
   fi_info* const info_;
   const std::optional<core::HmacSha256> auth_;
   std::unique_ptr<xport::PassiveListener> listener_;  // made at open, listening from fi_listen
-  std::mutex mu_;
-  Eq* eq_ = nullptr;        // mu_
-  sockaddr_in addr_{};      // mu_
-  bool listening_ = false;  // mu_
-  bool closing_ = false;    // mu_: the destructor runs; requests are refused
+  // After the list of open passive endpoints, before the requests' pool (docs/locking.md).
+  core::Mutex mu_;
+  Eq* eq_ FABQ_GUARDED_BY(mu_) = nullptr;
+  sockaddr_in addr_ FABQ_GUARDED_BY(mu_){};
+  bool listening_ FABQ_GUARDED_BY(mu_) = false;
+  bool closing_ FABQ_GUARDED_BY(mu_) = false;  // the destructor runs: requests are refused
 };
 
 // What an fi_info's `handle` names.

@@ -22,22 +22,22 @@ Srx::Srx(Domain* domain, const fi_rx_attr& attr, void* context)
 }
 
 std::vector<Endpoint*> Srx::endpoints() {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return endpoints_;
 }
 
 bool Srx::fail() {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   return !std::exchange(failed_, true);
 }
 
 void Srx::arm_limit(size_t limit) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   limit_ = limit;
 }
 
 void Srx::attach(Endpoint* ep) {
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   endpoints_.push_back(ep);
 }
 
@@ -53,7 +53,7 @@ ssize_t Srx::post_recv(const PostedRecv& posted) {
   uint32_t ack_seq = 0;
   Connection* ack_conn = nullptr;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     if (failed_) return -FI_EOPBADSTATE;
     if (r.flags & (FI_PEEK | FI_CLAIM)) return -FI_EBADFLAGS;
     if (queue_.full()) return -FI_EAGAIN;
@@ -105,7 +105,7 @@ ssize_t Srx::post_recv(const PostedRecv& posted) {
 ssize_t Srx::cancel(void* context) {
   bool limit_reached = false;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     Cq* cq = nullptr;
     for (Endpoint* ep : endpoints_) {
       if ((cq = ep->rx_cq()) != nullptr) break;

@@ -21,9 +21,9 @@
 #include <rdma/fi_endpoint.h>
 
 #include <cstddef>
-#include <mutex>
 #include <vector>
 
+#include "core/mutex.h"
 #include "prov/events.h"
 #include "prov/object.h"
 #include "prov/recv_queue.h"
@@ -41,13 +41,13 @@ class Srx final : public Object, public AsyncTarget {
   fid_ep* handle() { return &box_.fid; }
   Domain* domain() const { return domain_; }
   // The endpoints bound to it now (a copy, taken under its lock).
-  std::vector<Endpoint*> endpoints();
+  std::vector<Endpoint*> endpoints() FABQ_EXCLUDES(mu_);
   // SRX_ERR: refuses posts from now on. True the first time.
-  bool fail();
+  bool fail() FABQ_EXCLUDES(mu_);
   // Raises SRX_LIMIT_REACHED once its posted receives drop below `limit` (0: never).
-  void arm_limit(size_t limit);
+  void arm_limit(size_t limit) FABQ_EXCLUDES(mu_);
   // fi_ep_bind of `ep` to it, holding ep's lock. The endpoint leaves in its destructor.
-  void attach(Endpoint* ep);
+  void attach(Endpoint* ep) FABQ_EXCLUDES(mu_);
 
  private:
   friend struct SrxOps;
@@ -56,10 +56,10 @@ class Srx final : public Object, public AsyncTarget {
   friend struct Receives;
   // Fills box_: the fid's common part, its op tables (ep_ops.cc) and its owner.
   void init_box(void* context);
-  ssize_t post_recv(const PostedRecv& r);
-  ssize_t cancel(void* context);
-  // Under mu_: whether the posted count fell below the armed limit (disarms it).
-  bool limit_crossed_locked() {
+  ssize_t post_recv(const PostedRecv& r) FABQ_EXCLUDES(mu_);
+  ssize_t cancel(void* context) FABQ_EXCLUDES(mu_);
+  // Whether the posted count fell below the armed limit (disarms it).
+  bool limit_crossed_locked() FABQ_REQUIRES(mu_) {
     if (limit_ == 0 || queue_.posted() >= limit_) return false;
     limit_ = 0;
     return true;
@@ -69,11 +69,13 @@ class Srx final : public Object, public AsyncTarget {
   Domain* const domain_;
   const size_t size_;
   const size_t iov_limit_;
-  std::mutex mu_;
-  bool failed_ = false;
-  size_t limit_ = 0;
-  RecvQueue queue_;
-  std::vector<Endpoint*> endpoints_;
+  // After its endpoints' locks (docs/locking.md); an endpoint bound to it takes it to place
+  // messages in its queue.
+  core::Mutex mu_;
+  bool failed_ FABQ_GUARDED_BY(mu_) = false;
+  size_t limit_ FABQ_GUARDED_BY(mu_) = 0;
+  RecvQueue queue_ FABQ_GUARDED_BY(mu_);
+  std::vector<Endpoint*> endpoints_ FABQ_GUARDED_BY(mu_);
 };
 
 // fi_srx_context: 0 with *srx set, or -FI_EINVAL (a null argument, a domain not fabq's),

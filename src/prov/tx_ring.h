@@ -74,13 +74,9 @@ class TxRing {
     return &ops_[index];
   }
 
-  // Calls f(TxOp*) for every slot not free, in index order; f may release the op it is given.
-  template <class F>
-  void for_each_taken(F&& f) {
-    for (size_t i = 0; i < ops_.size(); ++i) {
-      if (state_[i] != Slot::kFree) f(&ops_[i]);
-    }
-  }
+  // The op in slot `index` (< size()) if the slot is not free, else null: a loop over every
+  // index visits each taken op once, and may release the op it is given.
+  TxOp* taken(size_t index) { return state_[index] != Slot::kFree ? &ops_[index] : nullptr; }
   // Slots not free that hold a transmit CQ slot: what a closing endpoint gives back to the CQ.
   size_t reserved_count() const;
 
