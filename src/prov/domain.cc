@@ -139,7 +139,7 @@ void Domain::register_target(AsyncTarget* t) {
   std::vector<Pending> later;
   {
     core::MutexLock lock(mu_);
-    t->serial_ = next_serial_++;
+    t->serial_.store(next_serial_++, std::memory_order_relaxed);
     t->index_ = opened_[static_cast<int>(t->kind())]++;
     targets_.push_back(t);
     for (const auto& r : rules_) arm_locked(t, r, &later);
@@ -198,7 +198,7 @@ void Domain::arm_locked(AsyncTarget* t, const std::shared_ptr<const core::FaultR
     t->has_faults_.store(true, std::memory_order_release);
   }
   if (rule->when == core::FaultWhen::kNow || rule->when == core::FaultWhen::kMs) {
-    later->push_back({t->serial_, rule});
+    later->push_back({t->serial(), rule});
   }
 }
 
@@ -213,9 +213,9 @@ void Domain::run_pending(const std::vector<Pending>& later) {
 }
 
 AsyncTarget* Domain::find_target_locked(uint64_t serial) {
-  if (serial == serial_) return this;
+  if (serial == AsyncTarget::serial()) return this;
   for (AsyncTarget* t : targets_) {
-    if (t->serial_ == serial) return t;
+    if (t->serial() == serial) return t;
   }
   return nullptr;
 }

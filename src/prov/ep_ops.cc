@@ -49,7 +49,15 @@ template <class T>
 struct Receives {
   static T* of(fid_ep* f) { return T::from_fid(f ? &f->fid : nullptr); }
 
-  static int close(fid* f) { return close_target(T::from_fid(f)); }
+  static int close(fid* f) {
+    T* t = T::from_fid(f);
+    if (t == nullptr) return close_target(t);
+    // Giving shared receives back, or a connection closing inside a message, may queue events.
+    Fabric* fabric = t->domain()->fabric();
+    const int rc = close_target(t);
+    fabric->outbox().publish();
+    return rc;
+  }
 
   static ssize_t cancel(fid* f, void* context) {
     T* t = T::from_fid(f);
@@ -274,7 +282,9 @@ struct EpOps {
       e->conn_ = e->domain_->fabric()->transport()->make_connection(e, e->conn_params_locked());
       conn = e->conn_.get();
     }
-    return conn->connect(peer, param, paramlen);
+    const int rc = conn->connect(peer, param, paramlen);
+    e->outbox().publish();  // a refusal known at once fails what it must in an upcall
+    return rc;
   }
 
   static int accept(fid_ep* f, const void* param, size_t paramlen) {
@@ -288,7 +298,9 @@ struct EpOps {
       core::MutexLock lock(e->mu_);
       if (!e->enabled_) return -FI_EOPBADSTATE;
     }
-    return conn->accept(param, paramlen);
+    const int rc = conn->accept(param, paramlen);
+    e->outbox().publish();
+    return rc;
   }
 
   static int shutdown(fid_ep* f, uint64_t flags) {
@@ -297,7 +309,9 @@ struct EpOps {
     if (flags != 0) return -FI_EBADFLAGS;
     Connection* conn = e->connection();
     if (conn == nullptr) return -FI_ENOTCONN;
-    return conn->shutdown();
+    const int rc = conn->shutdown();
+    e->outbox().publish();  // SQ_DRAINED, when nothing was left to send
+    return rc;
   }
 
   static int getname(fid* f, void* addr, size_t* addrlen) {

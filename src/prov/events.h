@@ -59,8 +59,11 @@ class AsyncTarget {
   core::FaultTargetKind kind() const { return kind_; }
   fid_t target_fid() const { return fid_; }
   core::AsyncTracker* tracker() { return &tracker_; }
-  // Unique in the domain once registered (Domain::register_target); 0 before.
-  uint64_t serial() const { return serial_; }
+  // Unique in the domain once registered (Domain::register_target); 0 before. An endpoint
+  // opened from a connection request is reachable by upcalls just before it is registered: what
+  // they queue then names serial 0 and is dropped, as for an object not open yet. Relaxed: the
+  // serial orders nothing, it only names the object.
+  uint64_t serial() const { return serial_.load(std::memory_order_relaxed); }
 
   // Counts one operation against the armed triggers. Cheap when nothing is armed (one acquire
   // load, pairing with the release that armed one). Takes fault_mu_, a leaf: any caller.
@@ -82,11 +85,11 @@ class AsyncTarget {
   friend class Domain;
   const core::FaultTargetKind kind_;
   const fid_t fid_;
-  core::AsyncTracker tracker_;  // guarded by the domain's channel
-  int64_t index_ = -1;          // order of opening in the domain, per kind
-  std::string name_;            // set_name(); guarded by Domain::mu_
-  uint64_t serial_ = 0;         // unique in the domain; timers refer to targets by it
-  core::Mutex fault_mu_;        // a leaf: nothing is called while it is held
+  core::AsyncTracker tracker_;       // guarded by the domain's channel
+  int64_t index_ = -1;               // order of opening in the domain, per kind
+  std::string name_;                 // set_name(); guarded by Domain::mu_
+  std::atomic<uint64_t> serial_{0};  // unique in the domain; timers refer to targets by it
+  core::Mutex fault_mu_;             // a leaf: nothing is called while it is held
   std::vector<ArmedFault> armed_ FABQ_GUARDED_BY(fault_mu_);
   std::atomic<bool> has_faults_{false};  // armed_ or next_err_ was ever set (release, under it)
   std::atomic<uint8_t> net_fault_{0};
@@ -111,7 +114,7 @@ void raise(Domain* domain, AsyncTarget* target, uint32_t type);
 void raise(Domain* domain, AsyncTarget* target, const std::vector<uint32_t>& types);
 
 // Process-wide devices. attach() is called when a domain opens (it learns the port state and
-// starts the monitor), detach_and_close() when it closes.
+// starts the monitor), close_domain() when it closes.
 class Registry {
  public:
   static Registry& get();

@@ -285,7 +285,7 @@ uint32_t LinkMonitor::send_barrier_locked() {
 
 void LinkMonitor::watch(const std::string& ifname) {
   if (!ok_) return;
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   Watched& w = watched_[ifname];
   if (w.refs++ == 0) read_baseline_locked(ifname, w);
 }
@@ -302,19 +302,22 @@ void LinkMonitor::read_baseline_locked(const std::string& name, Watched& w) {
 
 void LinkMonitor::unwatch(const std::string& ifname) {
   if (!ok_) return;
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   auto it = watched_.find(ifname);
   if (it != watched_.end() && --it->second.refs == 0) watched_.erase(it);
 }
 
 bool LinkMonitor::flush(int timeout_ms) {
   if (!ok_) return false;
-  std::unique_lock lock(mu_);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  core::MutexLock lock(mu_);
   const uint32_t seq = send_barrier_locked();
   if (seq == 0) return false;
   pending_flushes_.insert(seq);
-  const bool done = flushed_.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)),
-                                      [&] { return pending_flushes_.count(seq) == 0; });
+  while (pending_flushes_.count(seq) != 0 && flushed_.wait_until(mu_, deadline)) {
+  }
+  const bool done = pending_flushes_.count(seq) == 0;
   pending_flushes_.erase(seq);
   return done;
 }
@@ -349,7 +352,7 @@ void LinkMonitor::receive_all(std::vector<char>& buf) {
       }
       Changes changes;
       {
-        std::lock_guard lock(mu_);
+        core::MutexLock lock(mu_);
         handle(h, &changes);
       }
       report(changes);
@@ -359,7 +362,7 @@ void LinkMonitor::receive_all(std::vector<char>& buf) {
 
 void LinkMonitor::complete_barrier(uint32_t seq) {
   // Every earlier message has been reported: reports happen message by message.
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   for (auto& [name, w] : watched_) {
     if (w.barrier == seq) w.barrier = 0;
   }
@@ -468,7 +471,7 @@ void LinkMonitor::resync() {
   Changes changes;
   std::set<uint32_t> flushes;
   {
-    std::lock_guard lock(mu_);
+    core::MutexLock lock(mu_);
     for (auto& [name, w] : watched_) {
       const LinkState now = query_link(name);
       std::set<std::string> addrs;
@@ -479,7 +482,7 @@ void LinkMonitor::resync() {
     flushes = pending_flushes_;
   }
   report(changes);
-  std::lock_guard lock(mu_);
+  core::MutexLock lock(mu_);
   for (uint32_t seq : flushes) pending_flushes_.erase(seq);
   flushed_.notify_all();
 }

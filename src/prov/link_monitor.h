@@ -39,18 +39,18 @@
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "core/mutex.h"
+#include "core/thread_annotations.h"
 #include "core/unique_fd.h"
 
 struct nlmsghdr;  // <linux/netlink.h>
@@ -107,12 +107,12 @@ class LinkMonitor {
   };
   using Changes = std::vector<std::pair<std::string, LinkChange>>;
 
-  uint32_t send_barrier_locked();
-  void read_baseline_locked(const std::string& name, Watched& w);
+  uint32_t send_barrier_locked() FABQ_REQUIRES(mu_);
+  void read_baseline_locked(const std::string& name, Watched& w) FABQ_REQUIRES(mu_);
   void run();
   void receive_all(std::vector<char>& buf);
   void complete_barrier(uint32_t seq);
-  void handle(const nlmsghdr* h, Changes* out);
+  void handle(const nlmsghdr* h, Changes* out) FABQ_REQUIRES(mu_);
   void gone(const std::string& name, Watched& w, Changes* out);
   void update(const std::string& name, Watched& w, const LinkState& now,
               std::set<std::string>* addrs, Changes* out);
@@ -125,11 +125,12 @@ class LinkMonitor {
   uint32_t portid_ = 0;  // the socket's netlink address: answers to its requests carry it
   bool ok_ = false;
 
-  std::mutex mu_;  // guards the four below; never held while the callback runs
-  std::condition_variable flushed_;
-  std::map<std::string, Watched> watched_;
-  std::set<uint32_t> pending_flushes_;  // barrier sequence numbers flush() waits for
-  uint32_t next_seq_ = 1;
+  core::Mutex mu_;  // a leaf: never held while the callback runs
+  core::CondVar flushed_;
+  std::map<std::string, Watched> watched_ FABQ_GUARDED_BY(mu_);
+  // Barrier sequence numbers flush() waits for.
+  std::set<uint32_t> pending_flushes_ FABQ_GUARDED_BY(mu_);
+  uint32_t next_seq_ FABQ_GUARDED_BY(mu_) = 1;
 
   std::atomic<bool> stop_{false};  // set by the destructor
 

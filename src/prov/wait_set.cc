@@ -103,7 +103,7 @@ struct PollSetOps {
     if (flags != 0) return -FI_EBADFLAGS;
     const PollMember m = poll_member(event_fid);
     if (m.member == nullptr) return -FI_EINVAL;
-    std::lock_guard lock(p->mu_);
+    core::MutexLock lock(p->mu_);
     if (core::Status s = p->set_.add(m.member, event_fid->context); !s.ok()) return s.to_fi();
     m.owner->hold();
     p->members_.push_back(m.owner);
@@ -115,7 +115,7 @@ struct PollSetOps {
     if (flags != 0) return -FI_EBADFLAGS;
     const PollMember m = poll_member(event_fid);
     if (m.member == nullptr) return -FI_EINVAL;
-    std::lock_guard lock(p->mu_);
+    core::MutexLock lock(p->mu_);
     if (core::Status s = p->set_.remove(m.member); !s.ok()) return s.to_fi();
     std::erase(p->members_, m.owner);
     m.owner->release();

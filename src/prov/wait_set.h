@@ -21,9 +21,10 @@
 #include <rdma/fi_eq.h>
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "core/mutex.h"
+#include "core/thread_annotations.h"
 #include "core/wait_set.h"
 #include "prov/fabric.h"
 #include "prov/object.h"
@@ -63,8 +64,8 @@ class PollSet final : public Object {
   friend struct PollSetOps;
   FidBox<fid_poll> box_;
   core::PollSet set_;
-  std::mutex mu_;
-  std::vector<Object*> members_;  // each holds a reference; guarded by mu_
+  core::Mutex mu_;
+  std::vector<Object*> members_ FABQ_GUARDED_BY(mu_);  // each holds a reference
 };
 
 int open_wait_set(fid_fabric* fabric, fi_wait_attr* attr, fid_wait** waitset);
