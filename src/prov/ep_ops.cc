@@ -51,7 +51,7 @@ struct Receives {
 
   static int close(fid* f) {
     T* t = T::from_fid(f);
-    if (t == nullptr) return close_target(t);
+    if (t == nullptr) return -FI_EINVAL;
     // Giving shared receives back, or a connection closing inside a message, may queue events.
     Fabric* fabric = t->domain()->fabric();
     const int rc = close_target(t);
