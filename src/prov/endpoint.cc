@@ -70,6 +70,8 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
       rx_op_flags_(info.rx_attr ? info.rx_attr->op_flags : 0),
       rdm_(info.ep_attr != nullptr && info.ep_attr->type == FI_EP_RDM),
       source_(rdm_ && (info.caps & FI_SOURCE) != 0),
+      source_err_(source_ && (info.caps & FI_SOURCE_ERR) != 0),
+      directed_(rdm_ && (info.caps & FI_DIRECTED_RECV) != 0),
       auth_(auth_key_of(info)),
       queue_(rx_size_, params().unexpected_bytes, 4 * rx_size_),
       tx_ring_(tx_size_) {
@@ -209,6 +211,10 @@ fi_addr_t Endpoint::source_of(const Incoming& in) const {
   return av_->reverse_lookup(in.from);
 }
 
+bool Endpoint::unknown_sender(const Incoming& in, fi_addr_t named) const {
+  return source_err_ && named == FI_ADDR_NOTAVAIL && in.from.sin_family == AF_INET;
+}
+
 // --- receiving
 
 void Endpoint::complete_recv(const PostedRecv& r, const Incoming& in, size_t placed,
@@ -232,7 +238,15 @@ void Endpoint::complete_recv(const PostedRecv& r, const Incoming& in, size_t pla
   }
   const bool report = !rx_selective_ || (r.flags & FI_COMPLETION) != 0;
   if (cq != nullptr) {
-    if (report) {
+    if (report && unknown_sender(in, c.src_addr)) {
+      // FI_SOURCE_ERR: delivered, but named through fi_cq_readerr with the sender's raw
+      // address, which fi_av_insert takes as it is (fi_cq(3)).
+      auto more = cq->complete_error({.completion = c,
+                                      .err = FI_EADDRNOTAVAIL,
+                                      .err_data = &in.from,
+                                      .err_data_size = sizeof(in.from)});
+      events->insert(events->end(), more.begin(), more.end());
+    } else if (report) {
       auto more = cq->complete(c);
       events->insert(events->end(), more.begin(), more.end());
     } else {
@@ -248,9 +262,10 @@ void Endpoint::deliver_unexpected(const PostedRecv& r, const Unexpected& u,
   complete_recv(r, u.in, n, events);
 }
 
-ssize_t Endpoint::post_recv(const PostedRecv& posted) {
+ssize_t Endpoint::post_recv(const PostedRecv& posted, fi_addr_t src) {
   PostedRecv r = posted;
   if (r.default_flags) r.flags = rx_op_flags_;
+  const bool claim_only = (r.flags & FI_CLAIM) != 0 && (r.flags & FI_PEEK) == 0;
   FaultAction action;
   std::vector<uint32_t> cq_events;
   Cq* cq = nullptr;
@@ -260,11 +275,16 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
   {
     core::MutexLock lock(mu_);
     if (!enabled_ || failed_ || srx_ != nullptr) return -FI_EOPBADSTATE;
+    if (directed_ && src != FI_ADDR_UNSPEC && !claim_only) {
+      sockaddr_in name{};
+      if (av_ == nullptr || !av_->lookup(src, &name)) return -FI_EINVAL;
+      r.source = SourceFilter::only(name);
+    }
     cq = rx_cq();
     if (r.flags & (FI_PEEK | FI_CLAIM)) {
       if (!r.tagged) return -FI_EBADFLAGS;
-      Unexpected* u = (r.flags & FI_PEEK) ? queue_.find_unexpected(true, r.tag, r.ignore)
-                                          : queue_.find_claimed(r.context);
+      Unexpected* u =
+          (r.flags & FI_PEEK) ? queue_.find_unexpected(r) : queue_.find_claimed(r.context);
       if (u != nullptr && !u->complete) u = nullptr;
       if (r.flags & FI_PEEK) {
         if (cq == nullptr) return -FI_ENOCQ;
@@ -277,7 +297,14 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
                              .data = u->in.has_data ? u->in.data : 0,
                              .tag = u->in.tag,
                              .src_addr = source_of(u->in)};
-          if (!cq->queue().write(c).ok()) return -FI_EAGAIN;
+          const core::Status s =
+              unknown_sender(u->in, c.src_addr)
+                  ? cq->queue().write_error({.completion = c,
+                                             .err = FI_EADDRNOTAVAIL,
+                                             .err_data = &u->in.from,
+                                             .err_data_size = sizeof(u->in.from)})
+                  : cq->queue().write(c);
+          if (!s.ok()) return -FI_EAGAIN;
           if (r.flags & FI_DISCARD) {
             consumed_locked(u, &ack_conn, &ack_seq, &resume);
             queue_.remove(u);
@@ -313,7 +340,7 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted) {
           cq_events = cq->complete_error(recv_error(r, action.err, action.prov_errno));
         }
         if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
-      } else if (Unexpected* u = queue_.find_unexpected(r.tagged, r.tag, r.ignore)) {
+      } else if (Unexpected* u = queue_.find_unexpected(r)) {
         if (u->complete) {
           deliver_unexpected(r, *u, &cq_events);
           consumed_locked(u, &ack_conn, &ack_seq, &resume);
@@ -586,7 +613,7 @@ void Endpoint::unplace_locked(Placement* p, RecvQueue& q, bool shared) {
 }
 
 void Endpoint::give_back_locked(RecvQueue& q, bool shared, PostedRecv r) {
-  Unexpected* u = q.find_unexpected(r.tagged, r.tag, r.ignore);
+  Unexpected* u = q.find_unexpected(r);
   Endpoint* const from = u != nullptr ? u->from : nullptr;
   Cq* const cq = from != nullptr ? from->rx_cq() : nullptr;
   // A shared receive takes its slot on the CQ of the endpoint the message came through. With no

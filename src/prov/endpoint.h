@@ -187,7 +187,10 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   friend int open_endpoint(fid_domain*, fi_info*, fid_ep**, void*);
   // Fills box_: the fid's common part, its op tables (ep_ops.cc) and its owner.
   void init_box(void* context);
-  ssize_t post_recv(const PostedRecv& r);
+  // Takes mu_. `src`: the receive's src_addr; with FI_DIRECTED_RECV (RDM) anything but
+  // FI_ADDR_UNSPEC selects that sender's messages only, and an fi_addr_t the AV does not hold
+  // is -FI_EINVAL. An FI_CLAIM receive finds its message by context; `src` is not read.
+  ssize_t post_recv(const PostedRecv& r, fi_addr_t src);
   ssize_t cancel(void* context);
   // Takes mu_. 0: posted (or failed at once by an injected fault, its error completion written).
   // Else nothing is posted: -FI_EINVAL (more than kMaxIov buffers, a null one with a length,
@@ -226,6 +229,8 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
                      std::vector<uint32_t>* events);
   // FI_SOURCE: the sender's fi_addr_t, or FI_ADDR_NOTAVAIL.
   fi_addr_t source_of(const Incoming& in) const;
+  // FI_SOURCE_ERR: `in` came from a sender the AV does not name (`named`: source_of(in)).
+  bool unknown_sender(const Incoming& in, fi_addr_t named) const;
   // Copies a buffered message into `r` and completes it.
   void deliver_unexpected(const PostedRecv& r, const Unexpected& u, std::vector<uint32_t>* events);
   // A receive given back (its message broke off, or the endpoint whose message it waited for
@@ -278,7 +283,9 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   Cntr* rx_cntr_ = nullptr;
   Av* av_ = nullptr;  // RDM
   const bool rdm_;
-  const bool source_;  // FI_SOURCE asked for
+  const bool source_;      // FI_SOURCE asked for
+  const bool source_err_;  // FI_SOURCE_ERR too: unknown senders are error completions
+  const bool directed_;    // FI_DIRECTED_RECV asked for (RDM)
   const std::optional<core::HmacSha256> auth_;
   sockaddr_in rdm_name_ FABQ_GUARDED_BY(mu_){};
   RecvQueue queue_ FABQ_GUARDED_BY(mu_);

@@ -76,6 +76,7 @@ struct Receives {
     bool tagged = false;
     uint64_t tag = 0;
     uint64_t ignore = 0;
+    fi_addr_t src = FI_ADDR_UNSPEC;  // the sender, where FI_DIRECTED_RECV makes it count
   };
 
   static ssize_t post(fid_ep* f, const RecvRequest& req) {
@@ -89,16 +90,16 @@ struct Receives {
     r.tag = req.tag;
     r.ignore = req.ignore;
     if (!take_iov(&r, req.iov, req.iov_count, t->iov_limit_)) return -FI_EINVAL;
-    return t->post_recv(r);
+    return t->post_recv(r, req.src);
   }
 
-  static ssize_t recv(fid_ep* f, void* buf, size_t len, void*, fi_addr_t, void* context) {
+  static ssize_t recv(fid_ep* f, void* buf, size_t len, void*, fi_addr_t src, void* context) {
     const iovec iov{buf, len};
-    return post(f, {.iov = &iov, .iov_count = 1, .context = context});
+    return post(f, {.iov = &iov, .iov_count = 1, .context = context, .src = src});
   }
-  static ssize_t recvv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t,
+  static ssize_t recvv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t src,
                        void* context) {
-    return post(f, {.iov = iov, .iov_count = count, .context = context});
+    return post(f, {.iov = iov, .iov_count = count, .context = context, .src = src});
   }
   static ssize_t recvmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
     if (msg == nullptr) return -FI_EINVAL;
@@ -107,9 +108,10 @@ struct Receives {
                     .iov_count = msg->iov_count,
                     .context = msg->context,
                     .flags = flags,
-                    .explicit_flags = true});
+                    .explicit_flags = true,
+                    .src = msg->addr});
   }
-  static ssize_t trecv(fid_ep* f, void* buf, size_t len, void*, fi_addr_t, uint64_t tag,
+  static ssize_t trecv(fid_ep* f, void* buf, size_t len, void*, fi_addr_t src, uint64_t tag,
                        uint64_t ignore, void* context) {
     const iovec iov{buf, len};
     return post(f, {.iov = &iov,
@@ -117,16 +119,18 @@ struct Receives {
                     .context = context,
                     .tagged = true,
                     .tag = tag,
-                    .ignore = ignore});
+                    .ignore = ignore,
+                    .src = src});
   }
-  static ssize_t trecvv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t, uint64_t tag,
-                        uint64_t ignore, void* context) {
+  static ssize_t trecvv(fid_ep* f, const iovec* iov, void**, size_t count, fi_addr_t src,
+                        uint64_t tag, uint64_t ignore, void* context) {
     return post(f, {.iov = iov,
                     .iov_count = count,
                     .context = context,
                     .tagged = true,
                     .tag = tag,
-                    .ignore = ignore});
+                    .ignore = ignore,
+                    .src = src});
   }
   static ssize_t trecvmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
     if (msg == nullptr) return -FI_EINVAL;
@@ -137,7 +141,8 @@ struct Receives {
                     .explicit_flags = true,
                     .tagged = true,
                     .tag = msg->tag,
-                    .ignore = msg->ignore});
+                    .ignore = msg->ignore,
+                    .src = msg->addr});
   }
 
   static inline fi_ops_ep ep_ops_ = {

@@ -2,12 +2,14 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -26,16 +28,29 @@ namespace {
 
 // What fabq provides: connected (FI_EP_MSG) and reliable unconnected (FI_EP_RDM) endpoints
 // over TCP with messages and tagged messages (prov/endpoint.h); RDM receives can name their
-// source (FI_SOURCE).
+// source (FI_SOURCE), report a source not in the AV (FI_SOURCE_ERR) and select messages by
+// source (FI_DIRECTED_RECV).
 constexpr uint64_t kTxCaps = FI_MSG | FI_TAGGED | FI_SEND;
 constexpr uint64_t kRxCaps = FI_MSG | FI_TAGGED | FI_RECV;
 constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 constexpr uint64_t kCaps = kTxCaps | kRxCaps | kDomainCaps;
-constexpr uint64_t kRdmCaps = kCaps | FI_SOURCE;
-constexpr uint64_t kRdmRxCaps = kRxCaps | FI_SOURCE;
+constexpr uint64_t kRdmOnlyRxCaps = FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV;
+constexpr uint64_t kRdmCaps = kCaps | kRdmOnlyRxCaps;
+constexpr uint64_t kRdmRxCaps = kRxCaps | kRdmOnlyRxCaps;
+// What an info carries when the hints name no capability. FI_DIRECTED_RECV is a primary
+// capability, enabled only when asked for (fi_getinfo(3)): it changes what a receive's
+// src_addr means. FI_SOURCE_ERR turns unknown senders into error completions.
+constexpr uint64_t kRdmDefaultCaps = kCaps | FI_SOURCE;
+// ep_attr->mem_tag_format: fabq matches all 64 tag bits, in whatever fields the application
+// divides them. Reported as libfabric's own providers report "any 64-bit format".
+constexpr uint64_t kMemTagFormat = 0xAAAAAAAAAAAAAAAAULL;
 
+// The capabilities an endpoint type supports.
 uint64_t caps_of(fi_ep_type type) {
   return type == FI_EP_RDM ? kRdmCaps : kCaps;
+}
+uint64_t default_caps_of(fi_ep_type type) {
+  return type == FI_EP_RDM ? kRdmDefaultCaps : kCaps;
 }
 constexpr uint64_t kMsgOrder = FI_ORDER_SAS;
 constexpr uint64_t kCompOrder = FI_ORDER_NONE;
@@ -58,6 +73,7 @@ struct Iface {
   std::string name;
   in_addr addr;
   std::string fabric;
+  bool loopback = false;
 };
 
 std::string subnet_name(in_addr addr, in_addr mask) {
@@ -77,9 +93,13 @@ std::vector<Iface> list_ifaces() {
     }
     const auto* a = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
     const auto* m = reinterpret_cast<const sockaddr_in*>(i->ifa_netmask);
-    out.push_back({i->ifa_name, a->sin_addr, subnet_name(a->sin_addr, m->sin_addr)});
+    out.push_back({i->ifa_name, a->sin_addr, subnet_name(a->sin_addr, m->sin_addr),
+                   (i->ifa_flags & IFF_LOOPBACK) != 0});
   }
   freeifaddrs(list);
+  // Loopback last, as libfabric's tcp provider lists it: applications that take the first info
+  // (Open MPI's ofi MTL does) publish an address other hosts can reach.
+  std::stable_partition(out.begin(), out.end(), [](const Iface& i) { return !i.loopback; });
   return out;
 }
 
@@ -236,7 +256,7 @@ fi_info* make_info(uint32_t version, const fi_info* hints, fi_ep_type type, cons
   fi_info* info = fi_allocinfo();
   if (info == nullptr) return nullptr;
   const uint64_t asked_caps = hints != nullptr ? hints->caps : 0;
-  info->caps = asked_caps != 0 ? asked_caps : caps_of(type);
+  info->caps = asked_caps != 0 ? asked_caps : default_caps_of(type);
   info->mode = 0;
   info->addr_format = FI_SOCKADDR_IN;
   // A passive endpoint (or a CONNREQ) named in the hints goes on to the endpoint it opens.
@@ -275,9 +295,12 @@ fi_info* make_info(uint32_t version, const fi_info* hints, fi_ep_type type, cons
   ep->protocol_version = kProtocolVersion;
   ep->max_msg_size = kMaxMsgSize;
   ep->msg_prefix_size = 0;
+  const fi_ep_attr* he = hints ? hints->ep_attr : nullptr;
+  // An application's own tag format is kept: every format fits in fabq's 64 bits.
+  ep->mem_tag_format =
+      he != nullptr && he->mem_tag_format != 0 ? he->mem_tag_format : kMemTagFormat;
   ep->tx_ctx_cnt = 1;
   ep->rx_ctx_cnt = 1;
-  const fi_ep_attr* he = hints ? hints->ep_attr : nullptr;
   const bool ep_key = he == nullptr || copy_auth_key(he->auth_key, he->auth_key_size, &ep->auth_key,
                                                      &ep->auth_key_size);
 
@@ -351,6 +374,8 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
 
   if (hints != nullptr) {
     if (!subset(hints->caps, kRdmCaps)) return -FI_ENODATA;
+    // "Must be paired with FI_SOURCE" (fi_getinfo(3)).
+    if ((hints->caps & FI_SOURCE_ERR) != 0 && (hints->caps & FI_SOURCE) == 0) return -FI_ENODATA;
     if (hints->addr_format != FI_FORMAT_UNSPEC && hints->addr_format != FI_SOCKADDR &&
         hints->addr_format != FI_SOCKADDR_IN) {
       return -FI_ENODATA;

@@ -20,7 +20,8 @@ RecvQueue::RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected
 
 std::optional<PostedRecv> RecvQueue::take_match(const Incoming& in) {
   auto it = std::find_if(posted_.begin(), posted_.end(), [&](const PostedRecv& r) {
-    return r.tagged == in.tagged && (!in.tagged || tag_matches(in.tag, r.tag, r.ignore));
+    return r.tagged == in.tagged && (!in.tagged || tag_matches(in.tag, r.tag, r.ignore)) &&
+           r.source.accepts(in.from);
   });
   if (it == posted_.end()) return std::nullopt;
   PostedRecv r = *it;
@@ -65,11 +66,12 @@ void RecvQueue::retire(std::pmr::list<Unexpected>::iterator it) {
   unexpected_.erase(it);
 }
 
-Unexpected* RecvQueue::find_unexpected(bool tagged, uint64_t tag, uint64_t ignore) {
+Unexpected* RecvQueue::find_unexpected(const PostedRecv& r) {
   for (Unexpected& u : unexpected_) {
     if (u.claimed_by != nullptr || u.taker || u.orphan) continue;
-    if (u.in.tagged != tagged) continue;
-    if (tagged && !tag_matches(u.in.tag, tag, ignore)) continue;
+    if (u.in.tagged != r.tagged) continue;
+    if (r.tagged && !tag_matches(u.in.tag, r.tag, r.ignore)) continue;
+    if (!r.source.accepts(u.in.from)) continue;
     return &u;
   }
   return nullptr;

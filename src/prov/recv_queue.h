@@ -3,8 +3,10 @@
 //
 // Matching: an untagged message takes the oldest posted untagged receive; a tagged message
 // the oldest tagged receive whose tag equals the message's in every bit its ignore mask leaves
-// out. A receive posted while an earlier unexpected message matches takes that message: the
-// oldest first, so messages complete in the order they were sent (FI_ORDER_SAS).
+// out. A receive directed at one sender (FI_DIRECTED_RECV) matches only that sender's messages;
+// the others take any sender's. A receive posted while an earlier unexpected message matches
+// takes that message: the oldest first, so messages complete in the order they were sent
+// (FI_ORDER_SAS), per sender.
 //
 // Unexpected messages are buffered up to a byte and a count limit; past them, the connection
 // stalls (the transport stops reading, and TCP makes the sender wait) until receives are
@@ -20,6 +22,7 @@
 // Thread safety: none; the owner's lock guards it.
 #pragma once
 
+#include <netinet/in.h>
 #include <sys/uio.h>
 
 #include <cstddef>
@@ -46,6 +49,21 @@ using xport::TxOp;
 
 class Endpoint;
 
+// The senders a receive accepts: any (FI_ADDR_UNSPEC, or an endpoint without
+// FI_DIRECTED_RECV), or the one whose RDM name is `name` (the address its fi_addr_t named in the
+// AV when the receive was posted).
+struct SourceFilter {
+  bool any = true;
+  sockaddr_in name{};
+
+  static SourceFilter only(const sockaddr_in& n) { return {.any = false, .name = n}; }
+  // `from`: Incoming::from, AF_UNSPEC on connected endpoints.
+  bool accepts(const sockaddr_in& from) const {
+    return any || (from.sin_family == AF_INET && from.sin_addr.s_addr == name.sin_addr.s_addr &&
+                   from.sin_port == name.sin_port);
+  }
+};
+
 // A receive an application posted, as endpoints and SRX contexts keep it.
 struct PostedRecv {
   void* context = nullptr;
@@ -54,6 +72,7 @@ struct PostedRecv {
   bool tagged = false;
   uint64_t tag = 0;
   uint64_t ignore = 0;
+  SourceFilter source;
   size_t iov_count = 0;
   iovec iov[kMaxIov] = {};
   size_t len = 0;
@@ -92,9 +111,9 @@ class RecvQueue {
   bool room_for(size_t len) const;
   // Buffers a new unexpected message; its payload goes to the returned entry's data.
   Unexpected* add_unexpected(Endpoint* from, const Incoming& in);
-  // The oldest unexpected message a receive (tagged, tag, ignore) would take and that is not
-  // claimed; null when none.
-  Unexpected* find_unexpected(bool tagged, uint64_t tag, uint64_t ignore);
+  // The oldest unexpected message `r` would take (same kind, its tag, a sender it accepts) and
+  // that is not claimed; null when none.
+  Unexpected* find_unexpected(const PostedRecv& r);
   Unexpected* find_claimed(void* context);
   void remove(Unexpected* u);
   // Whether a buffered message came through `c` (its delivery acknowledgement goes back there).

@@ -41,7 +41,7 @@ void Srx::attach(Endpoint* ep) {
   endpoints_.push_back(ep);
 }
 
-ssize_t Srx::post_recv(const PostedRecv& posted) {
+ssize_t Srx::post_recv(const PostedRecv& posted, fi_addr_t /*src*/) {
   PostedRecv r = posted;
   FaultAction action;
   std::vector<uint32_t> cq_events;
@@ -58,7 +58,7 @@ ssize_t Srx::post_recv(const PostedRecv& posted) {
     if (r.flags & (FI_PEEK | FI_CLAIM)) return -FI_EBADFLAGS;
     if (queue_.full()) return -FI_EAGAIN;
     action = count_operation();
-    Unexpected* u = queue_.find_unexpected(r.tagged, r.tag, r.ignore);
+    Unexpected* u = queue_.find_unexpected(r);
     if (u != nullptr && u->complete) {
       from = u->from;
       Cq* cq = from->rx_cq();

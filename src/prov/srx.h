@@ -56,7 +56,8 @@ class Srx final : public Object, public AsyncTarget {
   friend struct Receives;
   // Fills box_: the fid's common part, its op tables (ep_ops.cc) and its owner.
   void init_box(void* context);
-  ssize_t post_recv(const PostedRecv& r) FABQ_EXCLUDES(mu_);
+  // `src` is not read: a shared receive takes any sender's message.
+  ssize_t post_recv(const PostedRecv& r, fi_addr_t src) FABQ_EXCLUDES(mu_);
   ssize_t cancel(void* context) FABQ_EXCLUDES(mu_);
   // Whether the posted count fell below the armed limit (disarms it).
   bool limit_crossed_locked() FABQ_REQUIRES(mu_) {

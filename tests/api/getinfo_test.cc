@@ -13,6 +13,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -382,6 +383,94 @@ TEST(Getinfo, UnsupportedCapsGiveEnodata) {
     hints->caps = cap;
     expect_enodata(hints.get(), ("caps " + std::to_string(cap)).c_str());
   }
+}
+
+TEST(Getinfo, DirectedRecvAndSourceErrAreGrantedOnRdmOnlyWhenAsked) {
+  auto hints = lo_hints();
+  auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+  for (const fi_info* i : as_vector(info.get())) {
+    EXPECT_EQ(i->caps & (FI_DIRECTED_RECV | FI_SOURCE_ERR), 0u)
+        << "a primary capability is enabled only when selected (fi_getinfo(3))";
+  }
+  hints->caps = FI_TAGGED | FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV;
+  auto [rc2, rdm] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc2, 0) << fi_strerror(-rc2);
+  for (const fi_info* i : as_vector(rdm.get())) {
+    EXPECT_EQ(i->ep_attr->type, FI_EP_RDM);
+    EXPECT_EQ(i->caps, hints->caps);
+    EXPECT_EQ(i->rx_attr->caps & hints->caps,
+              FI_TAGGED | FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV)
+        << "receive capabilities are in rx_attr->caps too";
+  }
+  hints->ep_attr->type = FI_EP_MSG;
+  auto [rc3, none] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  EXPECT_EQ(rc3, -FI_ENODATA) << "FI_DIRECTED_RECV applies to connectionless endpoints";
+}
+
+TEST(Getinfo, SourceErrMustBePairedWithFiSource) {
+  auto hints = lo_hints();
+  hints->caps = FI_MSG | FI_SOURCE_ERR;
+  expect_enodata(hints.get(), "FI_SOURCE_ERR without FI_SOURCE");
+}
+
+TEST(Getinfo, MemTagFormatLeavesAllSixtyFourBitsToTheApplication) {
+  auto hints = lo_hints();
+  hints->caps = FI_TAGGED;
+  auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+  for (const fi_info* i : as_vector(info.get())) {
+    EXPECT_NE(i->ep_attr->mem_tag_format & (1ULL << 63), 0u) << "the highest tag bit is usable";
+  }
+  hints->ep_attr->mem_tag_format = 0x0000ffffffffffffULL;
+  auto [rc2, own] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc2, 0) << fi_strerror(-rc2);
+  for (const fi_info* i : as_vector(own.get())) {
+    EXPECT_EQ(i->ep_attr->mem_tag_format, 0x0000ffffffffffffULL) << "the application's format";
+  }
+}
+
+TEST(Getinfo, LoopbackComesAfterEveryOtherInterface) {
+  auto hints = fabq_only_hints();
+  auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+  bool seen_loopback = false;
+  for (const fi_info* i : as_vector(info.get())) {
+    sockaddr_in a{};
+    ASSERT_GE(i->src_addrlen, sizeof(a));
+    std::memcpy(&a, i->src_addr, sizeof(a));
+    const bool lo = (ntohl(a.sin_addr.s_addr) >> 24) == 127;
+    EXPECT_FALSE(seen_loopback && !lo)
+        << "the first info is the one applications publish to other hosts";
+    seen_loopback = seen_loopback || lo;
+  }
+  EXPECT_TRUE(seen_loopback);
+}
+
+// The hints of Open MPI 4.1's ofi MTL (ompi/mca/mtl/ofi/mtl_ofi_component.c), and the answers
+// it checks before it selects a provider.
+TEST(Getinfo, OpenMpiOfiMtlHintsGetAnRdmInfoItCanUse) {
+  InfoPtr hints(fi_allocinfo());
+  hints->fabric_attr->prov_name = strdup("fabq");
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->caps = FI_TAGGED | FI_LOCAL_COMM | FI_REMOTE_COMM | FI_DIRECTED_RECV;
+  hints->tx_attr->msg_order = FI_ORDER_SAS;
+  hints->rx_attr->msg_order = FI_ORDER_SAS;
+  hints->rx_attr->op_flags = FI_COMPLETION;
+  hints->tx_attr->op_flags = FI_COMPLETION;
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+  hints->domain_attr->cq_data_size = sizeof(int);
+  hints->domain_attr->av_type = FI_AV_MAP;
+  hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
+  auto [rc, info] = getinfo(FI_VERSION(1, 5), nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+  const fi_info* first = info.get();
+  EXPECT_NE(first->caps & FI_DIRECTED_RECV, 0u) << "else the MTL cannot use its full tag mode";
+  EXPECT_GE(first->domain_attr->cq_data_size, sizeof(int)) << "the source rank travels as data";
+  EXPECT_NE(first->ep_attr->mem_tag_format & (1ULL << 63), 0u) << "\"Not enough bits for CID\"";
+  EXPECT_GT(first->tx_attr->inject_size, 0u);
+  EXPECT_GT(first->ep_attr->max_msg_size, size_t{4} << 20);
 }
 
 TEST(Getinfo, EndpointTypeDgramGivesEnodata) {

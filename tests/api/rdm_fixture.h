@@ -1,0 +1,150 @@
+// The fixture of the RDM endpoint tests: one fabric, domain and AV on "lo", and enabled RDM
+// endpoints with their own CQs, each inserted in the AV. Every wait has a timeout.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_tagged.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "fabq_fixture.h"
+
+namespace fabq::testing {
+
+inline constexpr int kWaitMs = 5000;
+
+struct Ep {
+  fid_ep* ep = nullptr;
+  fid_cq* cq = nullptr;
+  fi_addr_t addr = FI_ADDR_UNSPEC;  // in the fixture's AV
+  sockaddr_in name{};
+};
+
+class Rdm : public ::testing::Test {
+ protected:
+  // The capabilities SetUp asks fi_getinfo for.
+  explicit Rdm(uint64_t caps = FI_MSG | FI_TAGGED | FI_SOURCE) : caps_(caps) {}
+
+  void SetUp() override {
+    fi_info* hints = fabq_hints();
+    ASSERT_NE(hints, nullptr);
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = caps_;
+    const int rc = fi_getinfo(kVersion, nullptr, nullptr, 0, hints, &info_);
+    fi_freeinfo(hints);
+    ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+    ASSERT_EQ(info_->ep_attr->type, FI_EP_RDM);
+    ASSERT_EQ(fi_fabric(info_->fabric_attr, &fabric_, nullptr), 0);
+    ASSERT_EQ(fi_domain(fabric_, info_, &domain_, nullptr), 0);
+    av_ = open_av();
+    ASSERT_NE(av_, nullptr);
+  }
+
+  void TearDown() override {
+    for (Ep* e : eps_) {
+      if (e->ep != nullptr) {
+        EXPECT_EQ(fi_close(&e->ep->fid), 0);
+      }
+      if (e->cq != nullptr) {
+        EXPECT_EQ(fi_close(&e->cq->fid), 0);
+      }
+      delete e;
+    }
+    for (fid_av* av : avs_) EXPECT_EQ(fi_close(&av->fid), 0);
+    if (domain_ != nullptr) {
+      EXPECT_EQ(fi_close(&domain_->fid), 0);
+    }
+    if (fabric_ != nullptr) {
+      EXPECT_EQ(fi_close(&fabric_->fid), 0);
+    }
+    fi_freeinfo(info_);
+  }
+
+  fid_av* open_av() {
+    fi_av_attr attr{};
+    attr.type = FI_AV_TABLE;
+    fid_av* av = nullptr;
+    EXPECT_EQ(fi_av_open(domain_, &attr, &av, nullptr), 0);
+    if (av != nullptr) avs_.push_back(av);
+    return av;
+  }
+
+  // An enabled RDM endpoint with its own CQ (FORMAT_TAGGED), bound to `av` (the fixture's by
+  // default), and its name inserted there.
+  Ep* open_ep(fid_av* av = nullptr, uint64_t caps = 0) {
+    if (av == nullptr) av = av_;
+    auto* e = new Ep;
+    eps_.push_back(e);
+    fi_cq_attr cq_attr{};
+    cq_attr.format = FI_CQ_FORMAT_TAGGED;
+    cq_attr.wait_obj = FI_WAIT_UNSPEC;
+    EXPECT_EQ(fi_cq_open(domain_, &cq_attr, &e->cq, nullptr), 0);
+    fi_info* info = fi_dupinfo(info_);
+    if (caps != 0) info->caps = caps;
+    EXPECT_EQ(fi_endpoint(domain_, info, &e->ep, nullptr), 0);
+    fi_freeinfo(info);
+    if (e->ep == nullptr || e->cq == nullptr) return e;
+    EXPECT_EQ(fi_ep_bind(e->ep, &av->fid, 0), 0);
+    EXPECT_EQ(fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV), 0);
+    EXPECT_EQ(fi_enable(e->ep), 0);
+    size_t len = sizeof(e->name);
+    EXPECT_EQ(fi_getname(&e->ep->fid, &e->name, &len), 0);
+    EXPECT_EQ(fi_av_insert(av, &e->name, 1, &e->addr, 0, nullptr), 1);
+    return e;
+  }
+
+  // One completion within kWaitMs: 1, or -FI_EAVAIL with the error in *err, or what sread gave.
+  static ssize_t wait_cq(fid_cq* cq, fi_cq_tagged_entry* entry, fi_cq_err_entry* err = nullptr,
+                         fi_addr_t* src = nullptr, int ms = kWaitMs) {
+    const ssize_t n = src != nullptr ? fi_cq_sreadfrom(cq, entry, 1, src, nullptr, ms)
+                                     : fi_cq_sread(cq, entry, 1, nullptr, ms);
+    if (n == -FI_EAVAIL && err != nullptr) {
+      EXPECT_EQ(fi_cq_readerr(cq, err, 0), 1);
+    }
+    return n;
+  }
+
+  // Polls `cq` (which moves bytes for the whole fabric) for `ms`: whether a completion came.
+  static bool any_completion_within(fid_cq* cq, int ms) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    fi_cq_tagged_entry entry{};
+    while (std::chrono::steady_clock::now() < end) {
+      const ssize_t n = fi_cq_read(cq, &entry, 1);
+      if (n != -FI_EAGAIN) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  }
+
+  const uint64_t caps_;
+  fi_info* info_ = nullptr;
+  fid_fabric* fabric_ = nullptr;
+  fid_domain* domain_ = nullptr;
+  fid_av* av_ = nullptr;
+  std::vector<fid_av*> avs_;
+  std::vector<Ep*> eps_;
+};
+
+// A port nobody listens on (bound, not listening, then closed). On 127.0.0.2, where no test
+// listens (they all listen on 127.0.0.1), so that a test running at the same time cannot take
+// the port over and receive what was meant for nobody.
+inline sockaddr_in dead_address() {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  socklen_t len = sizeof(a);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return a;
+}
+}  // namespace fabq::testing
