@@ -122,7 +122,7 @@ Endpoint::~Endpoint() {
       for (PostedRecv& r : srx_->queue_.drop_from(this)) {
         if (cq != nullptr) cq->queue().cancel_reservation(1);  // it took its slot here
         r.owner = nullptr;
-        give_back_locked(srx_->queue_, /*shared=*/true, r);
+        give_back_locked(srx_->queue_, r);
       }
     }
     srx_->release();
@@ -130,10 +130,11 @@ Endpoint::~Endpoint() {
   if (eq_ != nullptr) eq_->queue().purge(&box_.fid.fid);
   // Receives still posted are dropped with the endpoint (fi_endpoint(3)), and those waiting for
   // the rest of a message; their CQ slots return.
+  // (A receive still waiting for a message holds no slot.)
   const size_t waiting = queue_.drop_from(this).size();
-  const std::vector<PostedRecv> dropped = queue_.take_all();
-  if (cq != nullptr && dropped.size() + waiting + placing_ != 0) {
-    cq->queue().cancel_reservation(dropped.size() + waiting + placing_);
+  queue_.take_all();
+  if (cq != nullptr && waiting + placing_ != 0) {
+    cq->queue().cancel_reservation(waiting + placing_);
   }
   if (tx_cq_ != nullptr) {
     const size_t held = tx_ring_.reserved_count();
@@ -209,6 +210,15 @@ bool Endpoint::can_free(const Connection* c) {
 fi_addr_t Endpoint::source_of(const Incoming& in) const {
   if (!source_ || av_ == nullptr || in.from.sin_family != AF_INET) return FI_ADDR_NOTAVAIL;
   return av_->reverse_lookup(in.from);
+}
+
+std::vector<uint32_t> Endpoint::write_unreserved_error_locked(Cq* cq,
+                                                              const core::CompletionError& e) {
+  if (cq->queue().reserve(1).ok()) return cq->complete_error(e);
+  // More receives were waiting than the CQ has room for, and they all end at once: the CQ
+  // overruns, as fi_cq(3) says a CQ does, rather than lose one silently.
+  if (!cq->queue().overrun()) outbox().add(domain_, cq, FI_FABQ_EVENT_CQ_ERR);
+  return {};
 }
 
 bool Endpoint::unknown_sender(const Incoming& in, fi_addr_t named) const {
@@ -330,6 +340,8 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted, fi_addr_t src) {
       }
     } else {
       if (queue_.full()) return -FI_EAGAIN;
+      // The slot this receive completes into: kept if it completes now or takes a message that
+      // is arriving, given back if it waits for one (place() takes it again then).
       if (cq != nullptr) {
         if (core::Status s = cq->queue().reserve(1); !s.ok()) return s.to_fi();
       }
@@ -353,6 +365,8 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted, fi_addr_t src) {
         if (cq != nullptr) cq_events = cq->complete_error(recv_error(r, FI_ECANCELED, 0));
         if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
       } else {
+        if (cq != nullptr) cq->queue().cancel_reservation(1);
+        r.owner = nullptr;
         queue_.post(r);
         resume = !stalled_.empty();
       }
@@ -412,11 +426,20 @@ ssize_t Endpoint::cancel(void* context) {
   Cq* cq = nullptr;
   {
     core::MutexLock lock(mu_);
-    std::optional<PostedRecv> r = queue_.take_context(context);
-    if (!r) return -FI_ENOENT;
-    if ((cq = rx_cq()) != nullptr) {
-      cq_events = cq->complete_error(recv_error(*r, FI_ECANCELED, 0));
+    // A waiting receive holds no CQ slot: with none free it stays posted, and the application
+    // reads its CQ and cancels again.
+    cq = rx_cq();
+    if (cq != nullptr) {
+      if (core::Status s = cq->queue().reserve(1); !s.ok()) {
+        return queue_.holds_context(context) ? s.to_fi() : -FI_ENOENT;
+      }
     }
+    std::optional<PostedRecv> r = queue_.take_context(context);
+    if (!r) {
+      if (cq != nullptr) cq->queue().cancel_reservation(1);
+      return -FI_ENOENT;
+    }
+    if (cq != nullptr) cq_events = cq->complete_error(recv_error(*r, FI_ECANCELED, 0));
     if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
   }
   raise(domain_, cq, cq_events);
@@ -432,7 +455,8 @@ Endpoint::Failure Endpoint::fail(uint32_t type) {
   f.cq = rx_cq();
   for (const PostedRecv& r : queue_.take_all()) {
     if (f.cq != nullptr) {
-      auto more = f.cq->complete_error(recv_error(r, FI_EIO, static_cast<int>(type)));
+      auto more =
+          write_unreserved_error_locked(f.cq, recv_error(r, FI_EIO, static_cast<int>(type)));
       f.cq_events.insert(f.cq_events.end(), more.begin(), more.end());
     }
     if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
@@ -452,33 +476,36 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
   Unexpected* unexpected = nullptr;
   Cq* cq = rx_cq();
   std::optional<PostedRecv> r;
+  // A receive takes its CQ slot when a message picks it; posted, it holds none, so an
+  // application may post more receives than its CQ has slots. With no slot free, the message
+  // waits at its connection until the application reads the CQ (retried at every progress
+  // round); a message no receive wants is buffered regardless.
+  const auto credit = [cq] { return cq == nullptr || cq->queue().reserve(1).ok(); };
+  bool refused = false;
   if (srx_ != nullptr) {
     core::MutexLock slock(srx_->mu_);
-    // An SRX's receives take their CQ slot when a message picks them.
-    const bool credit = cq == nullptr || cq->queue().reserve(1).ok();
-    if (!credit) {
-      // A receive may be posted for it, but its completion would find no room: wait for the
-      // application to read the CQ. Retried at every progress round until then.
-      retry_ = true;
-      return stall_locked(in);
-    }
-    r = srx_->queue_.take_match(in);
+    r = srx_->queue_.take_match(in, credit, &refused);
     if (r) {
       r->owner = this;
       if (srx_->limit_crossed_locked()) {
         outbox().add(domain_, srx_, FI_FABQ_EVENT_SRX_LIMIT_REACHED);
       }
-    } else {
-      if (cq != nullptr) cq->queue().cancel_reservation(1);
+    } else if (!refused) {
       if (!srx_->queue_.room_for(in.len)) return stall_locked(in);
       unexpected = srx_->queue_.add_unexpected(this, in);
     }
   } else {
-    r = queue_.take_match(in);
-    if (!r) {
+    r = queue_.take_match(in, credit, &refused);
+    if (r) {
+      r->owner = this;
+    } else if (!refused) {
       if (!queue_.room_for(in.len)) return stall_locked(in);
       unexpected = queue_.add_unexpected(this, in);
     }
+  }
+  if (refused) {
+    retry_ = true;
+    return stall_locked(in);
   }
   if (r) {
     rec.kind = PlaceRecord::Kind::kPosted;
@@ -587,12 +614,9 @@ void Endpoint::unplace_locked(Placement* p, RecvQueue& q, bool shared) {
     outbox().add(domain_, rx_cq(), events);
     return;
   }
-  // A shared receive takes its CQ slot when a message picks it; a receive of this endpoint's
-  // own keeps the one it took when posted.
-  if (shared) {
-    if (Cq* cq = rx_cq(); cq != nullptr) cq->queue().cancel_reservation(1);
-    back->owner = nullptr;
-  }
+  // Back among the waiting receives, it holds no CQ slot: it takes one when a message picks it.
+  if (Cq* cq = rx_cq(); cq != nullptr) cq->queue().cancel_reservation(1);
+  back->owner = nullptr;
   if (closing_) {
     // The endpoint's connections are being destroyed, one of them calling this: its own
     // receives go with it, and no other connection of it may be touched (a buffered message's
@@ -601,25 +625,25 @@ void Endpoint::unplace_locked(Placement* p, RecvQueue& q, bool shared) {
     if (!shared) {
       q.post_front(*back);
     } else {
-      give_back_locked(q, /*shared=*/true, *back);
+      give_back_locked(q, *back);
     }
     return;
   }
-  give_back_locked(q, shared, *back);
+  give_back_locked(q, *back);
   // A connection that stalled for want of a receive may take this one. Resuming only schedules
   // it (the engine's scheduling lock, innermost), so it is done here, under the locks.
   for (Connection* c : stalled_) c->resume();
   stalled_.clear();
 }
 
-void Endpoint::give_back_locked(RecvQueue& q, bool shared, PostedRecv r) {
+void Endpoint::give_back_locked(RecvQueue& q, PostedRecv r) {
   Unexpected* u = q.find_unexpected(r);
   Endpoint* const from = u != nullptr ? u->from : nullptr;
   Cq* const cq = from != nullptr ? from->rx_cq() : nullptr;
-  // A shared receive takes its slot on the CQ of the endpoint the message came through. With no
-  // room there it goes back to the head of the queue, and the buffered message waits for a later
-  // receive (a full CQ stops a receive from completing anyway).
-  if (u == nullptr || (shared && cq != nullptr && !cq->queue().reserve(1).ok())) {
+  // It takes its slot on the CQ of the endpoint the message came through. With no room there it
+  // goes back to the head of the queue, and the buffered message waits for a later receive (a
+  // full CQ stops a receive from completing anyway).
+  if (u == nullptr || (cq != nullptr && !cq->queue().reserve(1).ok())) {
     q.post_front(r);
     return;
   }
@@ -648,7 +672,7 @@ void Endpoint::connection_ended() {
     cq = rx_cq();
     for (const PostedRecv& r : queue_.take_all()) {
       if (cq != nullptr) {
-        auto more = cq->complete_error(recv_error(r, FI_ECANCELED, 0));
+        auto more = write_unreserved_error_locked(cq, recv_error(r, FI_ECANCELED, 0));
         events.insert(events.end(), more.begin(), more.end());
       }
       if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();

@@ -229,6 +229,10 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
                      std::vector<uint32_t>* events);
   // FI_SOURCE: the sender's fi_addr_t, or FI_ADDR_NOTAVAIL.
   fi_addr_t source_of(const Incoming& in) const;
+  // The error completion of a receive that held no CQ slot (it waited for a message); with no
+  // room the CQ overruns (CQ_ERR, queued in the outbox). Returns the CQ's events to raise.
+  std::vector<uint32_t> write_unreserved_error_locked(Cq* cq, const core::CompletionError& e)
+      FABQ_REQUIRES(mu_);
   // FI_SOURCE_ERR: `in` came from a sender the AV does not name (`named`: source_of(in)).
   bool unknown_sender(const Incoming& in, fi_addr_t named) const;
   // Copies a buffered message into `r` and completes it.
@@ -237,7 +241,7 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // closed) goes where one posted now would: to the oldest buffered message of `q` it matches,
   // else to the head of `q` (its old place). Under the lock of q's owner (an endpoint, and the
   // SRX's when `shared`: q is an SRX's, whose receives take a CQ slot when a message picks them).
-  static void give_back_locked(RecvQueue& q, bool shared, PostedRecv r);
+  static void give_back_locked(RecvQueue& q, PostedRecv r);
   // Completes the send in `op` (`err` 0: successfully) on the transmit CQ and counter, and frees
   // its slot.
   void finish_send(TxOp* op, int err, std::vector<uint32_t>* events) FABQ_REQUIRES(mu_);

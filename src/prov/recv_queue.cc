@@ -18,15 +18,11 @@ RecvQueue::RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected
   posted_.reserve(capacity);
 }
 
-std::optional<PostedRecv> RecvQueue::take_match(const Incoming& in) {
-  auto it = std::find_if(posted_.begin(), posted_.end(), [&](const PostedRecv& r) {
+std::vector<PostedRecv>::iterator RecvQueue::find_match(const Incoming& in) {
+  return std::find_if(posted_.begin(), posted_.end(), [&](const PostedRecv& r) {
     return r.tagged == in.tagged && (!in.tagged || tag_matches(in.tag, r.tag, r.ignore)) &&
            r.source.accepts(in.from);
   });
-  if (it == posted_.end()) return std::nullopt;
-  PostedRecv r = *it;
-  posted_.erase(it);
-  return r;
 }
 
 std::optional<PostedRecv> RecvQueue::take_context(void* context) {
@@ -36,6 +32,11 @@ std::optional<PostedRecv> RecvQueue::take_context(void* context) {
   PostedRecv r = *it;
   posted_.erase(it);
   return r;
+}
+
+bool RecvQueue::holds_context(void* context) const {
+  return std::any_of(posted_.begin(), posted_.end(),
+                     [context](const PostedRecv& r) { return r.context == context; });
 }
 
 std::vector<PostedRecv> RecvQueue::take_all() {

@@ -100,10 +100,25 @@ class RecvQueue {
   void post(const PostedRecv& r) { posted_.push_back(r); }
   // Back at the head: a receive whose message broke off keeps its place in the order.
   void post_front(const PostedRecv& r) { posted_.insert(posted_.begin(), r); }
-  // The oldest posted receive `in` matches, removed; nullopt when none.
-  std::optional<PostedRecv> take_match(const Incoming& in);
+  // The oldest posted receive `in` matches, removed once `credit()` (its completion's CQ slot)
+  // says yes. nullopt when none matches, or when credit() says no: then the receive keeps its
+  // place and *refused is set.
+  template <class Credit>
+  std::optional<PostedRecv> take_match(const Incoming& in, Credit credit, bool* refused) {
+    *refused = false;
+    auto it = find_match(in);
+    if (it == posted_.end()) return std::nullopt;
+    if (!credit()) {
+      *refused = true;
+      return std::nullopt;
+    }
+    PostedRecv r = *it;
+    posted_.erase(it);
+    return r;
+  }
   // The posted receive with this context, removed (fi_cancel).
   std::optional<PostedRecv> take_context(void* context);
+  bool holds_context(void* context) const;
   // Every posted receive, removed (failure, close).
   std::vector<PostedRecv> take_all();
 
@@ -128,6 +143,7 @@ class RecvQueue {
   static constexpr size_t kPooledPayload = 4096;
   static constexpr size_t kChunkBlocks = 256;
   void retire(std::pmr::list<Unexpected>::iterator it);
+  std::vector<PostedRecv>::iterator find_match(const Incoming& in);
 
   const size_t capacity_;
   const size_t max_bytes_;
