@@ -212,13 +212,19 @@ fi_addr_t Endpoint::source_of(const Incoming& in) const {
   return av_->reverse_lookup(in.from);
 }
 
-std::vector<uint32_t> Endpoint::write_unreserved_error_locked(Cq* cq,
-                                                              const core::CompletionError& e) {
-  if (cq->queue().reserve(1).ok()) return cq->complete_error(e);
-  // More receives were waiting than the CQ has room for, and they all end at once: the CQ
-  // overruns, as fi_cq(3) says a CQ does, rather than lose one silently.
-  if (!cq->queue().overrun()) outbox().add(domain_, cq, FI_FABQ_EVENT_CQ_ERR);
-  return {};
+void Endpoint::write_unreserved_error_locked(Cq* cq, const core::CompletionError& e,
+                                             std::vector<uint32_t>* events) {
+  if (cq->queue().reserve(1).ok()) {
+    auto more = cq->complete_error(e);
+    events->insert(events->end(), more.begin(), more.end());
+    return;
+  }
+  // More receives were waiting than the CQ has room for, and they end at once: the CQ overruns,
+  // as fi_cq(3) says a CQ does, rather than lose one silently.
+  if (!cq->queue().overrun() &&
+      std::find(events->begin(), events->end(), FI_FABQ_EVENT_CQ_ERR) == events->end()) {
+    events->push_back(FI_FABQ_EVENT_CQ_ERR);
+  }
 }
 
 bool Endpoint::unknown_sender(const Incoming& in, fi_addr_t named) const {
@@ -455,9 +461,8 @@ Endpoint::Failure Endpoint::fail(uint32_t type) {
   f.cq = rx_cq();
   for (const PostedRecv& r : queue_.take_all()) {
     if (f.cq != nullptr) {
-      auto more =
-          write_unreserved_error_locked(f.cq, recv_error(r, FI_EIO, static_cast<int>(type)));
-      f.cq_events.insert(f.cq_events.end(), more.begin(), more.end());
+      write_unreserved_error_locked(f.cq, recv_error(r, FI_EIO, static_cast<int>(type)),
+                                    &f.cq_events);
     }
     if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
   }
@@ -672,8 +677,7 @@ void Endpoint::connection_ended() {
     cq = rx_cq();
     for (const PostedRecv& r : queue_.take_all()) {
       if (cq != nullptr) {
-        auto more = write_unreserved_error_locked(cq, recv_error(r, FI_ECANCELED, 0));
-        events.insert(events.end(), more.begin(), more.end());
+        write_unreserved_error_locked(cq, recv_error(r, FI_ECANCELED, 0), &events);
       }
       if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
     }

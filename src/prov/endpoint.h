@@ -229,10 +229,10 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
                      std::vector<uint32_t>* events);
   // FI_SOURCE: the sender's fi_addr_t, or FI_ADDR_NOTAVAIL.
   fi_addr_t source_of(const Incoming& in) const;
-  // The error completion of a receive that held no CQ slot (it waited for a message); with no
-  // room the CQ overruns (CQ_ERR, queued in the outbox). Returns the CQ's events to raise.
-  std::vector<uint32_t> write_unreserved_error_locked(Cq* cq, const core::CompletionError& e)
-      FABQ_REQUIRES(mu_);
+  // The error completion of a receive that held no CQ slot (it waited for a message). Adds the
+  // CQ's events to raise to *events: CQ_ERR, once, when there is no room (the CQ overruns).
+  void write_unreserved_error_locked(Cq* cq, const core::CompletionError& e,
+                                     std::vector<uint32_t>* events) FABQ_REQUIRES(mu_);
   // FI_SOURCE_ERR: `in` came from a sender the AV does not name (`named`: source_of(in)).
   bool unknown_sender(const Incoming& in, fi_addr_t named) const;
   // Copies a buffered message into `r` and completes it.

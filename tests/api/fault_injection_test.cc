@@ -61,6 +61,35 @@ TEST_F(FaultInjection, AnEventRuleOnTheNthOperationRaisesIt) {
   EXPECT_EQ(ops_->ack_event(domain_, &ev), 0);
 }
 
+// Waiting receives hold no CQ slot (fi_fabq(7) COMPLETION QUEUES): when more of them end at
+// once than the CQ has room for, the CQ overruns (CQ_ERR), as fi_cq(3) says, and no
+// completion is dropped silently.
+TEST_F(FaultInjection, AFatalEndpointWithMoreWaitingReceivesThanItsCqHoldsOverrunsTheCq) {
+  cq_ = open_cq({.size = 4, .format = FI_CQ_FORMAT_CONTEXT});
+  open_endpoint();
+  for (int i = 1; i <= 8; ++i) {
+    ASSERT_EQ(fi_recv(ep_, buf_, sizeof(buf_), nullptr, 0, &ctx_[i]), 0) << i;
+  }
+  inject("event=ep_fatal,on=ep:0");
+  bool overrun_event = false;
+  for (int n = 0; n < 3 && !overrun_event; ++n) {
+    const fi_fabq_async_event ev = get();
+    overrun_event = ev.type == FI_FABQ_EVENT_CQ_ERR && ev.fid == &cq_->fid;
+    EXPECT_EQ(ops_->ack_event(domain_, &ev), 0);
+  }
+  EXPECT_TRUE(overrun_event) << "CQ_ERR on the receive CQ";
+  fi_cq_err_entry err{};
+  for (int i = 1; i <= 4; ++i) {
+    ASSERT_EQ(fi_cq_readerr(cq_, &err, 0), 1);
+    EXPECT_EQ(err.op_context, &ctx_[i]);
+    EXPECT_EQ(err.err, FI_EIO);
+  }
+  fi_cq_entry entry;
+  EXPECT_EQ(fi_cq_read(cq_, &entry, 1), -FI_EAVAIL);
+  ASSERT_EQ(fi_cq_readerr(cq_, &err, 0), 1);
+  EXPECT_EQ(err.err, FI_EOVERRUN) << "the four that found no room";
+}
+
 TEST_F(FaultInjection, ADomainsOperationsAreTheObjectsOpenedOnIt) {
   inject("event=port_err,ops=2");
   cq_ = open_cq({.size = 4});
