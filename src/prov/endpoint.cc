@@ -790,8 +790,16 @@ Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer
     *err = -FI_EINVAL;
     return nullptr;
   }
-  if (dest >= peers_.size()) peers_.resize(dest + 1);
-  std::unique_ptr<Connection>& p = peers_[dest];
+  if (dest >= route_.size()) route_.resize(dest + 1, 0);
+  if (route_[dest] == 0) {
+    // First send to this fi_addr_t: the connection of another name of the same address, if any.
+    auto same = std::find_if(peers_.begin(), peers_.end(), [&sa](const Peer& q) {
+      return q.to.sin_addr.s_addr == sa.sin_addr.s_addr && q.to.sin_port == sa.sin_port;
+    });
+    if (same == peers_.end()) same = peers_.insert(peers_.end(), Peer{.to = sa});
+    route_[dest] = static_cast<uint32_t>(same - peers_.begin()) + 1;
+  }
+  std::unique_ptr<Connection>& p = peers_[route_[dest] - 1].conn;
   if (p != nullptr && p->open()) return p.get();
   // The last connection to it closed (its sends were failed then). Another thread may still be
   // submitting to it: it is freed once none borrows one.

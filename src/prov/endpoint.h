@@ -298,12 +298,19 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // The sends from post to completion.
   TxRing tx_ring_ FABQ_GUARDED_BY(mu_);
   // MSG: created by fi_connect, or at open for an endpoint opened from a CONNREQ. RDM: the
-  // listener, opened by fi_enable, and the outgoing connection to each peer, indexed by
-  // fi_addr_t (an AV never hands out an index twice, so an index always names one address).
-  // All destroyed first.
+  // listener, opened by fi_enable, and one outgoing connection per peer address: every
+  // fi_addr_t an AV gives the same address sends through it, so messages to one endpoint keep
+  // their order whichever of its names they use. All destroyed first.
+  struct Peer {
+    sockaddr_in to{};
+    std::unique_ptr<Connection> conn;
+  };
   std::unique_ptr<Connection> conn_ FABQ_GUARDED_BY(mu_);
   std::unique_ptr<Listener> listener_ FABQ_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Connection>> peers_ FABQ_GUARDED_BY(mu_);
+  std::vector<Peer> peers_ FABQ_GUARDED_BY(mu_);
+  // fi_addr_t -> 1 + its index in peers_ (0: not sent to yet). An AV never hands out an index
+  // twice, so an index always names one address.
+  std::vector<uint32_t> route_ FABQ_GUARDED_BY(mu_);
   // Replaced outgoing connections, freed once no thread borrows one.
   std::vector<std::unique_ptr<Connection>> retired_ FABQ_GUARDED_BY(mu_);
   // Threads using a connection they found under mu_ after releasing it (a send submitting, a

@@ -11,7 +11,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -214,6 +217,46 @@ TEST_F(Rdm, AnEndpointCanSendToItself) {
   ASSERT_EQ(wait_cq(a->cq, &e, nullptr, &src), 1);
   EXPECT_STREQ(in, "self");
   EXPECT_EQ(src, a->addr);
+}
+
+// Established TCP connections to `to` on this host (/proc/net/tcp: addresses in hex, the IPv4
+// address as the kernel's u32 prints, the port in host order).
+int connections_to(const sockaddr_in& to) {
+  char want[32];
+  std::snprintf(want, sizeof(want), "%08X:%04X", to.sin_addr.s_addr, ntohs(to.sin_port));
+  std::ifstream tcp("/proc/net/tcp");
+  std::string line;
+  int n = 0;
+  while (std::getline(tcp, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    if (fields >> slot >> local >> remote >> state && remote == want && state == "01") ++n;
+  }
+  return n;
+}
+
+// An AV may hold one address under several fi_addr_t (Open MPI's MTL inserts a peer once per
+// thread that first talks to it): messages to that endpoint keep their order whichever of its
+// fi_addr_t each names. A large message and a small one right after it through another
+// fi_addr_t: the small one must not overtake.
+TEST_F(Rdm, MessagesKeepTheirOrderWhicheverFiAddrOfTheSamePeerTheyName) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  fi_addr_t again = FI_ADDR_UNSPEC;
+  ASSERT_EQ(fi_av_insert(av_, &b->name, 1, &again, 0, nullptr), 1);
+  ASSERT_NE(again, b->addr);
+  std::vector<char> big(size_t{4} << 20, 'b');
+  std::vector<char> first(big.size()), second(big.size());
+  ASSERT_EQ(fi_recv(b->ep, first.data(), first.size(), nullptr, FI_ADDR_UNSPEC, &first), 0);
+  ASSERT_EQ(fi_recv(b->ep, second.data(), second.size(), nullptr, FI_ADDR_UNSPEC, &second), 0);
+  ASSERT_EQ(fi_send(a->ep, big.data(), big.size(), nullptr, b->addr, nullptr), 0);
+  ASSERT_EQ(fi_send(a->ep, "small", 6, nullptr, again, nullptr), 0);
+  fi_cq_tagged_entry e{};
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(wait_cq(i % 2 ? a->cq : b->cq, &e), 1);
+  EXPECT_EQ(first[0], 'b') << "the first receive took the message sent first";
+  EXPECT_STREQ(second.data(), "small");
+  // What keeps the order: one connection carries both, whichever name they went to.
+  EXPECT_EQ(connections_to(b->name), 1);
 }
 
 TEST_F(Rdm, TwoEndpointsSendingToEachOtherBothReceive) {
