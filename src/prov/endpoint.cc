@@ -234,10 +234,11 @@ bool Endpoint::unknown_sender(const Incoming& in, fi_addr_t named) const {
 // --- receiving
 
 void Endpoint::complete_recv(const PostedRecv& r, const Incoming& in, size_t placed,
-                             std::vector<uint32_t>* events) {
+                             std::vector<uint32_t>* events, bool release) {
   Cq* cq = rx_cq();
   core::Completion c{.op_context = r.context,
-                     .flags = recv_flags(in.tagged) | (in.has_data ? FI_REMOTE_CQ_DATA : 0),
+                     .flags = recv_flags(in.tagged) | (in.has_data ? FI_REMOTE_CQ_DATA : 0) |
+                              (release ? FI_MULTI_RECV : 0),
                      .len = placed,
                      .buf = r.iov_count ? r.iov[0].iov_base : nullptr,
                      .data = in.has_data ? in.data : 0,
@@ -252,7 +253,8 @@ void Endpoint::complete_recv(const PostedRecv& r, const Incoming& in, size_t pla
     if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
     return;
   }
-  const bool report = !rx_selective_ || (r.flags & FI_COMPLETION) != 0;
+  // A multi-receive buffer's release is always reported (fi_msg(3) FI_MULTI_RECV).
+  const bool report = !rx_selective_ || (r.flags & FI_COMPLETION) != 0 || release;
   if (cq != nullptr) {
     if (report && unknown_sender(in, c.src_addr)) {
       // FI_SOURCE_ERR: delivered, but named through fi_cq_readerr with the sender's raw
@@ -273,14 +275,55 @@ void Endpoint::complete_recv(const PostedRecv& r, const Incoming& in, size_t pla
 }
 
 void Endpoint::deliver_unexpected(const PostedRecv& r, const Unexpected& u,
-                                  std::vector<uint32_t>* events) {
+                                  std::vector<uint32_t>* events, bool release) {
   const size_t n = scatter(r.iov, r.iov_count, u.data, std::min(u.in.len, r.len));
-  complete_recv(r, u.in, n, events);
+  complete_recv(r, u.in, n, events, release);
+}
+
+void Endpoint::mark_release_locked(const PostedRecv& r, core::CompletionError* e) {
+  if (r.multi != 0 && queue_.release(r.multi)) e->completion.flags |= FI_MULTI_RECV;
+}
+
+bool Endpoint::post_multi_locked(PostedRecv& r, bool slot, std::vector<uint32_t>* events,
+                                 bool* resume) {
+  Cq* cq = rx_cq();
+  bool used_up = false;
+  while (!used_up) {
+    Unexpected* u = queue_.find_unexpected(r);
+    if (u == nullptr) break;
+    // Each slice completes into a slot of its own. With none left, the buffered messages wait
+    // for the next receive posted (a full CQ stops completions anyway).
+    if (!slot && cq != nullptr && !cq->queue().reserve(1).ok()) break;
+    slot = false;
+    PostedRecv slice = queue_.carve(&r, u->in.len, &used_up);
+    if (used_up) queue_.release(r.multi);  // the slice is in flight: its completion says so
+    if (!u->complete) {
+      u->taker = slice;  // completes when the rest of it arrives
+      continue;
+    }
+    deliver_unexpected(slice, *u, events, slice_released_locked(slice));
+    // Its connection is not this caller's to use here: the acknowledgement goes at its next
+    // progress.
+    if (u->in.ack == AckWanted::kDelivered && u->in.via != nullptr) {
+      u->in.via->ack_delivered_later(u->in.seq);
+    }
+    queue_.remove(u);
+    *resume = *resume || !stalled_.empty();
+  }
+  if (slot && cq != nullptr) cq->queue().cancel_reservation(1);
+  if (!used_up) {
+    r.owner = nullptr;
+    queue_.post(r);
+    *resume = *resume || !stalled_.empty();
+  }
+  return used_up;
 }
 
 ssize_t Endpoint::post_recv(const PostedRecv& posted, fi_addr_t src) {
   PostedRecv r = posted;
-  if (r.default_flags) r.flags = rx_op_flags_;
+  if (r.default_flags) r.flags = rx_op_flags_ & ~(r.tagged ? FI_MULTI_RECV : 0);
+  const bool multi = (r.flags & FI_MULTI_RECV) != 0;
+  if (multi && (r.tagged || r.iov_count != 1)) return r.tagged ? -FI_EBADFLAGS : -FI_EINVAL;
   const bool claim_only = (r.flags & FI_CLAIM) != 0 && (r.flags & FI_PEEK) == 0;
   FaultAction action;
   std::vector<uint32_t> cq_events;
@@ -355,9 +398,14 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted, fi_addr_t src) {
       r.owner = this;
       if (action.err != 0) {
         if (cq != nullptr) {
-          cq_events = cq->complete_error(recv_error(r, action.err, action.prov_errno));
+          core::CompletionError e = recv_error(r, action.err, action.prov_errno);
+          if (multi) e.completion.flags |= FI_MULTI_RECV;  // its whole buffer goes back
+          cq_events = cq->complete_error(e);
         }
         if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
+      } else if (multi && !ended_) {
+        queue_.make_multi(&r, min_multi_recv_);
+        post_multi_locked(r, /*slot=*/cq != nullptr, &cq_events, &resume);
       } else if (Unexpected* u = queue_.find_unexpected(r)) {
         if (u->complete) {
           deliver_unexpected(r, *u, &cq_events);
@@ -368,7 +416,9 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted, fi_addr_t src) {
         }
       } else if (ended_) {
         // MSG: the connection is over and nothing more will come (connection_ended()).
-        if (cq != nullptr) cq_events = cq->complete_error(recv_error(r, FI_ECANCELED, 0));
+        core::CompletionError e = recv_error(r, FI_ECANCELED, 0);
+        if (multi) e.completion.flags |= FI_MULTI_RECV;
+        if (cq != nullptr) cq_events = cq->complete_error(e);
         if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
       } else {
         if (cq != nullptr) cq->queue().cancel_reservation(1);
@@ -445,7 +495,9 @@ ssize_t Endpoint::cancel(void* context) {
       if (cq != nullptr) cq->queue().cancel_reservation(1);
       return -FI_ENOENT;
     }
-    if (cq != nullptr) cq_events = cq->complete_error(recv_error(*r, FI_ECANCELED, 0));
+    core::CompletionError e = recv_error(*r, FI_ECANCELED, 0);
+    mark_release_locked(*r, &e);
+    if (cq != nullptr) cq_events = cq->complete_error(e);
     if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
   }
   raise(domain_, cq, cq_events);
@@ -461,8 +513,9 @@ Endpoint::Failure Endpoint::fail(uint32_t type) {
   f.cq = rx_cq();
   for (const PostedRecv& r : queue_.take_all()) {
     if (f.cq != nullptr) {
-      write_unreserved_error_locked(f.cq, recv_error(r, FI_EIO, static_cast<int>(type)),
-                                    &f.cq_events);
+      core::CompletionError e = recv_error(r, FI_EIO, static_cast<int>(type));
+      mark_release_locked(r, &e);
+      write_unreserved_error_locked(f.cq, e, &f.cq_events);
     }
     if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
   }
@@ -549,7 +602,8 @@ bool Endpoint::placed(const Incoming& in, Placement* p) {
   switch (std::exchange(rec.kind, PlaceRecord::Kind::kNone)) {
     case PlaceRecord::Kind::kPosted:
       --placing_;
-      complete_recv(rec.recv, in, std::min(in.len, p->capacity), &events);
+      complete_recv(rec.recv, in, std::min(in.len, p->capacity), &events,
+                    slice_released_locked(rec.recv));
       break;
     case PlaceRecord::Kind::kUnexpected: {
       Unexpected* u = std::exchange(rec.unexpected, nullptr);
@@ -576,7 +630,7 @@ bool Endpoint::arrived_locked(Unexpected* u, RecvQueue& q, std::vector<uint32_t>
   u->complete = true;
   if (!u->taker) return false;
   // Its CQ slot was reserved when it was posted, on this endpoint's receive CQ.
-  deliver_unexpected(*u->taker, *u, events);
+  deliver_unexpected(*u->taker, *u, events, slice_released_locked(*u->taker));
   q.remove(u);
   return true;
 }
@@ -609,6 +663,27 @@ void Endpoint::unplace_locked(Placement* p, RecvQueue& q, bool shared) {
       return;
   }
   if (!back) return;
+  if (back->multi != 0) {
+    // A slice of a multi-receive buffer: later messages went on past it, so its part of the
+    // buffer stays unused. Its CQ slot carries the buffer's release if it was the last slice.
+    const bool last = slice_released_locked(*back);
+    std::vector<uint32_t> events;
+    Cq* cq = rx_cq();
+    if (failed_) {
+      core::CompletionError e = recv_error(*back, FI_EIO, 0);
+      if (last) e.completion.flags |= FI_MULTI_RECV;
+      if (cq != nullptr) events = cq->complete_error(e);
+      if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
+    } else if (cq != nullptr && last && !closing_) {
+      // "If other flag bits are zero, the provider is reporting that the multi-recv buffer has
+      // been released" (fi_cq(3)).
+      events = cq->complete({.op_context = back->context, .flags = FI_MULTI_RECV});
+    } else if (cq != nullptr) {
+      cq->queue().cancel_reservation(1);
+    }
+    outbox().add(domain_, cq, events);
+    return;
+  }
   if (failed_) {
     // Too late to go back: the endpoint failed its receives already; so does this one.
     std::vector<uint32_t> events;
@@ -677,7 +752,9 @@ void Endpoint::connection_ended() {
     cq = rx_cq();
     for (const PostedRecv& r : queue_.take_all()) {
       if (cq != nullptr) {
-        write_unreserved_error_locked(cq, recv_error(r, FI_ECANCELED, 0), &events);
+        core::CompletionError e = recv_error(r, FI_ECANCELED, 0);
+        mark_release_locked(r, &e);
+        write_unreserved_error_locked(cq, e, &events);
       }
       if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
     }

@@ -121,6 +121,8 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // What fail() did: whether the endpoint was failed now (not before), and the events the
   // error completions of its receives raise on its receive CQ (CQ fault rules), which the
   // caller raises: it holds the domain's lock (Domain::raise_locked).
+  // FI_OPT_MIN_MULTI_RECV's default, as libfabric's tcp provider has it.
+  static constexpr size_t kDefaultMinMultiRecv = 16384;
   struct Failure {
     bool first = false;
     Cq* cq = nullptr;
@@ -225,8 +227,18 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // Under the lock of the receive's queue: the endpoint's, or its SRX's (an SRX completes its
   // receives on the endpoint whose message they take, without that endpoint's lock). What it
   // reads of the endpoint is fixed once it is enabled.
+  // `release`: the last completion of a multi-receive buffer (FI_MULTI_RECV set; written even
+  // when selective completion would suppress it).
   void complete_recv(const PostedRecv& r, const Incoming& in, size_t placed,
-                     std::vector<uint32_t>* events);
+                     std::vector<uint32_t>* events, bool release = false);
+  // A slice of this endpoint's multi-receive buffer completed: whether its completion releases
+  // the buffer (RecvQueue::slice_done). False for any other receive.
+  bool slice_released_locked(const PostedRecv& r) FABQ_REQUIRES(mu_) {
+    return r.multi != 0 && queue_.slice_done(r.multi);
+  }
+  // A receive left the queue without a message (cancel, failure): its error completion
+  // releases its multi-receive buffer if no slice of it is being filled.
+  void mark_release_locked(const PostedRecv& r, core::CompletionError* e) FABQ_REQUIRES(mu_);
   // FI_SOURCE: the sender's fi_addr_t, or FI_ADDR_NOTAVAIL.
   fi_addr_t source_of(const Incoming& in) const;
   // The error completion of a receive that held no CQ slot (it waited for a message). Adds the
@@ -236,7 +248,13 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // FI_SOURCE_ERR: `in` came from a sender the AV does not name (`named`: source_of(in)).
   bool unknown_sender(const Incoming& in, fi_addr_t named) const;
   // Copies a buffered message into `r` and completes it.
-  void deliver_unexpected(const PostedRecv& r, const Unexpected& u, std::vector<uint32_t>* events);
+  void deliver_unexpected(const PostedRecv& r, const Unexpected& u, std::vector<uint32_t>* events,
+                          bool release = false);
+  // A multi-receive buffer posted: takes the buffered messages it can hold (each a slice with
+  // its CQ slot; the first uses `slot`, the one post_recv reserved) and posts what is left.
+  // True when one of them used it up. Under mu_.
+  bool post_multi_locked(PostedRecv& r, bool slot, std::vector<uint32_t>* events, bool* resume)
+      FABQ_REQUIRES(mu_);
   // A receive given back (its message broke off, or the endpoint whose message it waited for
   // closed) goes where one posted now would: to the oldest buffered message of `q` it matches,
   // else to the head of `q` (its old place). Under the lock of q's owner (an endpoint, and the
@@ -293,6 +311,8 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   const std::optional<core::HmacSha256> auth_;
   sockaddr_in rdm_name_ FABQ_GUARDED_BY(mu_){};
   RecvQueue queue_ FABQ_GUARDED_BY(mu_);
+  // FI_OPT_MIN_MULTI_RECV: copied into each multi-receive buffer when it is posted.
+  size_t min_multi_recv_ FABQ_GUARDED_BY(mu_) = kDefaultMinMultiRecv;
   // Messages being placed into posted receives now (each holds a receive CQ slot).
   size_t placing_ FABQ_GUARDED_BY(mu_) = 0;
   // The sends from post to completion.

@@ -134,6 +134,7 @@ struct Receives {
   }
   static ssize_t trecvmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
     if (msg == nullptr) return -FI_EINVAL;
+    if (flags & FI_MULTI_RECV) return -FI_EBADFLAGS;  // fi_tagged(3) has no multi-receive
     return post(f, {.iov = msg->msg_iov,
                     .iov_count = msg->iov_count,
                     .context = msg->context,
@@ -246,21 +247,33 @@ struct EpOps {
   }
 
   static int getopt(fid* f, int level, int name, void* val, size_t* len) {
-    if (Endpoint::from_fid(f) == nullptr || val == nullptr || len == nullptr) return -FI_EINVAL;
+    Endpoint* e = Endpoint::from_fid(f);
+    if (e == nullptr || val == nullptr || len == nullptr) return -FI_EINVAL;
     if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
+    size_t v = 0;
     if (name == FI_OPT_CM_DATA_SIZE) {
-      if (*len < sizeof(size_t)) return -FI_ETOOSMALL;
-      *static_cast<size_t*>(val) = core::kCmDataSize;
-      *len = sizeof(size_t);
-      return 0;
+      v = core::kCmDataSize;
+    } else if (name == FI_OPT_MIN_MULTI_RECV) {
+      core::MutexLock lock(e->mu_);
+      v = e->min_multi_recv_;
+    } else {
+      return -FI_ENOPROTOOPT;
     }
-    return -FI_ENOPROTOOPT;
+    if (*len < sizeof(size_t)) return -FI_ETOOSMALL;
+    *static_cast<size_t*>(val) = v;
+    *len = sizeof(size_t);
+    return 0;
   }
 
-  // No option is settable.
-  static int setopt(fid* f, int, int, const void*, size_t) {
-    if (Endpoint::from_fid(f) == nullptr) return -FI_EINVAL;
-    return -FI_ENOPROTOOPT;
+  // FI_OPT_MIN_MULTI_RECV (size_t): applies to multi-receive buffers posted after it is set.
+  static int setopt(fid* f, int level, int name, const void* val, size_t len) {
+    Endpoint* e = Endpoint::from_fid(f);
+    if (e == nullptr) return -FI_EINVAL;
+    if (level != FI_OPT_ENDPOINT || name != FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
+    if (val == nullptr || len != sizeof(size_t)) return -FI_EINVAL;
+    core::MutexLock lock(e->mu_);
+    e->min_multi_recv_ = *static_cast<const size_t*>(val);
+    return 0;
   }
 
   // --- connection management (fi_cm(3))

@@ -27,19 +27,21 @@ namespace fabq::prov {
 namespace {
 
 // What fabq provides: connected (FI_EP_MSG) and reliable unconnected (FI_EP_RDM) endpoints
-// over TCP with messages and tagged messages (prov/endpoint.h); RDM receives can name their
-// source (FI_SOURCE), report a source not in the AV (FI_SOURCE_ERR) and select messages by
-// source (FI_DIRECTED_RECV).
+// over TCP with messages and tagged messages (prov/endpoint.h), and multi-receive buffers
+// (FI_MULTI_RECV); RDM receives can name their source (FI_SOURCE), report a source not in the
+// AV (FI_SOURCE_ERR) and select messages by source (FI_DIRECTED_RECV).
 constexpr uint64_t kTxCaps = FI_MSG | FI_TAGGED | FI_SEND;
 constexpr uint64_t kRxCaps = FI_MSG | FI_TAGGED | FI_RECV;
 constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 constexpr uint64_t kCaps = kTxCaps | kRxCaps | kDomainCaps;
 constexpr uint64_t kRdmOnlyRxCaps = FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV;
-constexpr uint64_t kRdmCaps = kCaps | kRdmOnlyRxCaps;
-constexpr uint64_t kRdmRxCaps = kRxCaps | kRdmOnlyRxCaps;
+constexpr uint64_t kMsgCaps = kCaps | FI_MULTI_RECV;
+constexpr uint64_t kRdmCaps = kMsgCaps | kRdmOnlyRxCaps;
+constexpr uint64_t kRdmRxCaps = kRxCaps | FI_MULTI_RECV | kRdmOnlyRxCaps;
 // What an info carries when the hints name no capability. FI_DIRECTED_RECV is a primary
 // capability, enabled only when asked for (fi_getinfo(3)): it changes what a receive's
-// src_addr means. FI_SOURCE_ERR turns unknown senders into error completions.
+// src_addr means. FI_SOURCE_ERR turns unknown senders into error completions. FI_MULTI_RECV
+// is reported when asked for (receives take the flag either way).
 constexpr uint64_t kRdmDefaultCaps = kCaps | FI_SOURCE;
 // ep_attr->mem_tag_format: fabq matches all 64 tag bits, in whatever fields the application
 // divides them. Reported as libfabric's own providers report "any 64-bit format".
@@ -47,7 +49,7 @@ constexpr uint64_t kMemTagFormat = 0xAAAAAAAAAAAAAAAAULL;
 
 // The capabilities an endpoint type supports.
 uint64_t caps_of(fi_ep_type type) {
-  return type == FI_EP_RDM ? kRdmCaps : kCaps;
+  return type == FI_EP_RDM ? kRdmCaps : kMsgCaps;
 }
 uint64_t default_caps_of(fi_ep_type type) {
   return type == FI_EP_RDM ? kRdmDefaultCaps : kCaps;
@@ -56,7 +58,7 @@ constexpr uint64_t kMsgOrder = FI_ORDER_SAS;
 constexpr uint64_t kCompOrder = FI_ORDER_NONE;
 constexpr uint64_t kTxOpFlags =
     FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
-constexpr uint64_t kRxOpFlags = FI_COMPLETION;
+constexpr uint64_t kRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
 constexpr size_t kQueueDepth = 1024;
 constexpr size_t kIovLimit = xport::kMaxIov;
 constexpr size_t kMaxMsgSize = size_t{1} << 30;

@@ -18,6 +18,51 @@ RecvQueue::RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected
   posted_.reserve(capacity);
 }
 
+void RecvQueue::make_multi(PostedRecv* r, size_t min) {
+  r->multi = next_multi_++;
+  if (next_multi_ == 0) next_multi_ = 1;
+  multis_.push_back({.id = r->multi, .min = min});
+}
+
+MultiBuf* RecvQueue::multi(uint32_t id) {
+  auto it =
+      std::find_if(multis_.begin(), multis_.end(), [id](const MultiBuf& m) { return m.id == id; });
+  return it != multis_.end() ? &*it : nullptr;
+}
+
+PostedRecv RecvQueue::carve(PostedRecv* r, size_t len, bool* release) {
+  MultiBuf* m = multi(r->multi);
+  PostedRecv slice = *r;
+  const size_t take = std::min(len, r->len);
+  slice.iov[0].iov_len = take;
+  slice.len = take;
+  auto* base = static_cast<unsigned char*>(r->iov[0].iov_base);
+  r->iov[0].iov_base = base + take;
+  r->iov[0].iov_len -= take;
+  r->len -= take;
+  if (m != nullptr) ++m->in_flight;
+  *release = len > take || m == nullptr || r->len < m->min;
+  return slice;
+}
+
+bool RecvQueue::slice_done(uint32_t id) {
+  MultiBuf* m = multi(id);
+  if (m == nullptr) return false;
+  if (m->in_flight > 0) --m->in_flight;
+  if (!m->released || m->in_flight > 0) return false;
+  multis_.erase(multis_.begin() + (m - multis_.data()));
+  return true;
+}
+
+bool RecvQueue::release(uint32_t id) {
+  MultiBuf* m = multi(id);
+  if (m == nullptr) return false;
+  m->released = true;
+  if (m->in_flight > 0) return false;
+  multis_.erase(multis_.begin() + (m - multis_.data()));
+  return true;
+}
+
 std::vector<PostedRecv>::iterator RecvQueue::find_match(const Incoming& in) {
   return std::find_if(posted_.begin(), posted_.end(), [&](const PostedRecv& r) {
     return r.tagged == in.tagged && (!in.tagged || tag_matches(in.tag, r.tag, r.ignore)) &&

@@ -8,6 +8,14 @@
 // takes that message: the oldest first, so messages complete in the order they were sent
 // (FI_ORDER_SAS), per sender.
 //
+// A multi-receive buffer (FI_MULTI_RECV, untagged) stays posted while messages are packed into
+// it: each message that picks it takes the next slice of the buffer, a PostedRecv of its own
+// whose completion names the slice (`buf`), and the buffer leaves the queue once less than its
+// minimum (FI_OPT_MIN_MULTI_RECV) remains, or a message was longer than what remained (that
+// message is truncated). Slices are filled asynchronously, from several connections at once:
+// the buffer's release (the FI_MULTI_RECV completion flag) goes on whichever completion of it
+// comes last after it left the queue.
+//
 // Unexpected messages are buffered up to a byte and a count limit; past them, the connection
 // stalls (the transport stops reading, and TCP makes the sender wait) until receives are
 // posted. Nothing is dropped.
@@ -73,6 +81,7 @@ struct PostedRecv {
   uint64_t tag = 0;
   uint64_t ignore = 0;
   SourceFilter source;
+  uint32_t multi = 0;  // FI_MULTI_RECV: its buffer's id in the queue (MultiBuf); 0: not one
   size_t iov_count = 0;
   iovec iov[kMaxIov] = {};
   size_t len = 0;
@@ -91,6 +100,14 @@ struct Unexpected {
 
 bool tag_matches(uint64_t tag, uint64_t want, uint64_t ignore);
 
+// A multi-receive buffer's state while any of it is posted or being filled.
+struct MultiBuf {
+  uint32_t id = 0;
+  size_t min = 0;          // release when less than this remains
+  uint32_t in_flight = 0;  // slices handed out and not completed
+  bool released = false;   // out of the queue: no more slices
+};
+
 class RecvQueue {
  public:
   RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected_count);
@@ -98,11 +115,25 @@ class RecvQueue {
   size_t posted() const { return posted_.size(); }
   bool full() const { return posted_.size() >= capacity_; }
   void post(const PostedRecv& r) { posted_.push_back(r); }
+  // Makes `r` (one buffer, untagged) a multi-receive buffer released below `min` bytes.
+  void make_multi(PostedRecv* r, size_t min);
+  // The next slice of multi-receive buffer `r` for a message of `len` bytes: the slice is
+  // returned and `r` shrinks past it. *release: `r` is used up (less than its minimum left, or
+  // `len` did not fit and the slice truncates it); it must leave the queue.
+  PostedRecv carve(PostedRecv* r, size_t len, bool* release);
+  // A slice of buffer `id` completed (or was abandoned): true when it was the buffer's last,
+  // after the buffer left the queue; its completion carries FI_MULTI_RECV, and the state goes.
+  bool slice_done(uint32_t id);
+  // Buffer `id` left the queue (used up, cancelled or failed): true when no slice of it is
+  // being filled, so that what reports its leaving carries FI_MULTI_RECV (the state goes);
+  // false: the last slice's completion will.
+  bool release(uint32_t id);
   // Back at the head: a receive whose message broke off keeps its place in the order.
   void post_front(const PostedRecv& r) { posted_.insert(posted_.begin(), r); }
   // The oldest posted receive `in` matches, removed once `credit()` (its completion's CQ slot)
   // says yes. nullopt when none matches, or when credit() says no: then the receive keeps its
   // place and *refused is set.
+  // A multi-receive buffer gives a slice and stays, unless used up.
   template <class Credit>
   std::optional<PostedRecv> take_match(const Incoming& in, Credit credit, bool* refused) {
     *refused = false;
@@ -111,6 +142,15 @@ class RecvQueue {
     if (!credit()) {
       *refused = true;
       return std::nullopt;
+    }
+    if (it->multi != 0) {
+      bool used_up = false;
+      PostedRecv slice = carve(&*it, in.len, &used_up);
+      if (used_up) {
+        release(it->multi);  // in flight: its own completion carries the flag
+        posted_.erase(it);
+      }
+      return slice;
     }
     PostedRecv r = *it;
     posted_.erase(it);
@@ -144,11 +184,14 @@ class RecvQueue {
   static constexpr size_t kChunkBlocks = 256;
   void retire(std::pmr::list<Unexpected>::iterator it);
   std::vector<PostedRecv>::iterator find_match(const Incoming& in);
+  MultiBuf* multi(uint32_t id);
 
   const size_t capacity_;
   const size_t max_bytes_;
   const size_t max_count_;
   std::vector<PostedRecv> posted_;
+  std::vector<MultiBuf> multis_;
+  uint32_t next_multi_ = 1;
   // Before unexpected_: outlives its nodes. Destroyed, it frees every payload still out.
   std::pmr::unsynchronized_pool_resource pool_;
   std::pmr::list<Unexpected> unexpected_;

@@ -55,7 +55,8 @@ ssize_t Srx::post_recv(const PostedRecv& posted, fi_addr_t /*src*/) {
   {
     core::MutexLock lock(mu_);
     if (failed_) return -FI_EOPBADSTATE;
-    if (r.flags & (FI_PEEK | FI_CLAIM)) return -FI_EBADFLAGS;
+    // Peeks, claims and multi-receive buffers are the endpoints' own (fi_fabq(7)).
+    if (r.flags & (FI_PEEK | FI_CLAIM | FI_MULTI_RECV)) return -FI_EBADFLAGS;
     if (queue_.full()) return -FI_EAGAIN;
     action = count_operation();
     Unexpected* u = queue_.find_unexpected(r);

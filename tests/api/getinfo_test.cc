@@ -408,6 +408,22 @@ TEST(Getinfo, DirectedRecvAndSourceErrAreGrantedOnRdmOnlyWhenAsked) {
   EXPECT_EQ(rc3, -FI_ENODATA) << "FI_DIRECTED_RECV applies to connectionless endpoints";
 }
 
+TEST(Getinfo, MultiRecvIsGrantedOnMsgAndRdmWithItsRxOpFlag) {
+  auto hints = lo_hints();
+  hints->caps = FI_MSG | FI_MULTI_RECV;
+  hints->rx_attr->op_flags = FI_MULTI_RECV;
+  auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+  std::set<int> types;
+  for (const fi_info* i : as_vector(info.get())) {
+    types.insert(i->ep_attr->type);
+    EXPECT_NE(i->caps & FI_MULTI_RECV, 0u);
+    EXPECT_NE(i->rx_attr->caps & FI_MULTI_RECV, 0u);
+    EXPECT_EQ(i->rx_attr->op_flags, FI_MULTI_RECV) << "the rx op_flags asked for";
+  }
+  EXPECT_EQ(types, (std::set<int>{FI_EP_MSG, FI_EP_RDM}));
+}
+
 TEST(Getinfo, SourceErrMustBePairedWithFiSource) {
   auto hints = lo_hints();
   hints->caps = FI_MSG | FI_SOURCE_ERR;
