@@ -1,5 +1,6 @@
 #include "prov/domain.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -10,6 +11,7 @@
 #include "prov/eq.h"
 #include "prov/fabric.h"
 #include "prov/getinfo.h"
+#include "prov/mr.h"
 #include "prov/noop.h"
 #include "prov/provider.h"
 #include "prov/srx.h"
@@ -75,13 +77,31 @@ struct DomainOps {
   };
   static inline fi_ops_mr mr_ops_ = {
       .size = sizeof(fi_ops_mr),
-      .reg = enosys<fid*, const void*, size_t, uint64_t, uint64_t, uint64_t, uint64_t, fid_mr**,
-                    void*>,
-      .regv = enosys<fid*, const iovec*, size_t, uint64_t, uint64_t, uint64_t, uint64_t, fid_mr**,
-                     void*>,
-      .regattr = enosys<fid*, const fi_mr_attr*, uint64_t, fid_mr**>,
+      .reg = mr_reg,
+      .regv = mr_regv,
+      .regattr = mr_regattr,
   };
 };
+
+bool Domain::claim_mr_key(uint64_t key) {
+  core::MutexLock lock(mr_mu_);
+  if (mr_keys_.size() >= kMrCount ||
+      std::find(mr_keys_.begin(), mr_keys_.end(), key) != mr_keys_.end()) {
+    return false;
+  }
+  mr_keys_.push_back(key);
+  return true;
+}
+
+void Domain::drop_mr_key(uint64_t key) {
+  core::MutexLock lock(mr_mu_);
+  std::erase(mr_keys_, key);
+}
+
+Eq* Domain::reg_mr_eq() {
+  core::MutexLock lock(mu_);
+  return (eq_flags_ & FI_REG_MR) != 0 ? eq_ : nullptr;
+}
 
 Domain* Domain::from_fid(const fid* f) {
   return Object::from<Domain, fid_domain>(f, FI_CLASS_DOMAIN, &DomainOps::fi_ops_);

@@ -76,6 +76,13 @@ class Domain final : public Object, public AsyncTarget {
   void release_cq_slot() { cqs_.fetch_sub(1, std::memory_order_relaxed); }
   bool acquire_cntr_slot();
   void release_cntr_slot() { cntrs_.fetch_sub(1, std::memory_order_relaxed); }
+  // Memory region keys (prov/mr.h): false when another live region of the domain holds `key`,
+  // or kMrCount regions are open.
+  bool claim_mr_key(uint64_t key) FABQ_EXCLUDES(mr_mu_);
+  void drop_mr_key(uint64_t key) FABQ_EXCLUDES(mr_mu_);
+  // The bound EQ when it was bound with FI_REG_MR (registrations complete there), else null.
+  Eq* reg_mr_eq() FABQ_EXCLUDES(mu_);
+  static constexpr size_t kMrCount = 65536;  // domain_attr->mr_cnt
 
  private:
   friend struct DomainOps;
@@ -126,6 +133,9 @@ class Domain final : public Object, public AsyncTarget {
   // After the registry's lock and before the transport's and the endpoints' (docs/locking.md).
   // Also guards AsyncTarget::name_ of its targets, which the analysis cannot name from there.
   core::Mutex mu_;
+  // A leaf: nothing is called under it.
+  core::Mutex mr_mu_;
+  std::vector<uint64_t> mr_keys_ FABQ_GUARDED_BY(mr_mu_);
   Eq* eq_ FABQ_GUARDED_BY(mu_) = nullptr;  // bound EQ
   uint64_t eq_flags_ FABQ_GUARDED_BY(mu_) = 0;
   std::vector<std::shared_ptr<const core::FaultRule>> rules_ FABQ_GUARDED_BY(mu_);

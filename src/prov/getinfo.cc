@@ -19,6 +19,7 @@
 #include "core/cq.h"
 #include "core/unique_fd.h"
 #include "prov/auth.h"
+#include "prov/domain.h"
 #include "prov/object.h"
 #include "prov/provider.h"
 #include "xport/transport.h"
@@ -229,7 +230,7 @@ bool domain_ok(const fi_domain_attr* h, const Iface& iface) {
          h->max_ep_rx_ctx <= 1 && h->max_ep_stx_ctx == 0 && h->max_ep_srx_ctx <= 1 &&
          h->cntr_cnt <= p.cntr_max_count && h->mr_iov_limit <= 1 && subset(h->caps, kDomainCaps) &&
          auth_key_ok(h->auth_key, h->auth_key_size) && h->max_err_data <= core::kCqMaxErrData &&
-         h->mr_cnt == 0;
+         h->mr_cnt <= Domain::kMrCount;
 }
 
 bool fabric_ok(const fi_fabric_attr* h, const Iface& iface) {
@@ -333,7 +334,7 @@ fi_info* make_info(uint32_t version, const fi_info* hints, fi_ep_type type, cons
   d->caps = kDomainCaps;
   d->mode = 0;
   d->max_err_data = core::kCqMaxErrData;
-  d->mr_cnt = 0;
+  d->mr_cnt = Domain::kMrCount;
   const bool domain_key = hd == nullptr || copy_auth_key(hd->auth_key, hd->auth_key_size,
                                                          &d->auth_key, &d->auth_key_size);
 
