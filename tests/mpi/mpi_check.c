@@ -6,6 +6,8 @@
  *                the world and on split and duplicated communicators
  *   threads      MPI_THREAD_MULTIPLE: 4 threads per rank exchanging with both neighbours
  *   large        messages of 64 KiB to 16 MiB, their bytes checked
+ *   onesided     MPI_Put, MPI_Get and MPI_Accumulate in fence epochs (through whatever
+ *                one-sided component runs them: pt2pt puts them on point to point)
  * Rank 0 prints "mpi_check <suite>: OK (<n> ranks, <k> network namespaces)"; any failure
  * prints what and aborts. */
 #include <mpi.h>
@@ -224,6 +226,28 @@ static void large(void) {
   free(in);
 }
 
+static void onesided(void) {
+  long buf[64] = {0};
+  MPI_Win win;
+  MPI_Win_create(buf, sizeof(buf), sizeof(long), MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+  MPI_Win_fence(0, win);
+  long v = 1000 + rank;
+  MPI_Put(&v, 1, MPI_LONG, next_rank(), rank, 1, MPI_LONG, win);
+  MPI_Win_fence(0, win);
+  CHECK(buf[prev_rank()] == 1000 + prev_rank(), "put: %ld", buf[prev_rank()]);
+  long one = rank + 1;
+  MPI_Accumulate(&one, 1, MPI_LONG, 0, 63, 1, MPI_LONG, MPI_SUM, win);
+  MPI_Win_fence(0, win);
+  if (rank == 0) {
+    CHECK(buf[63] == (long)size * (size + 1) / 2, "accumulate: %ld", buf[63]);
+  }
+  long got = -1;
+  MPI_Get(&got, 1, MPI_LONG, next_rank(), rank, 1, MPI_LONG, win);
+  MPI_Win_fence(0, win);
+  CHECK(got == 1000 + rank, "get: %ld", got);
+  MPI_Win_free(&win);
+}
+
 int main(int argc, char** argv) {
   const char* suite = argc > 1 ? argv[1] : "";
   int provided = MPI_THREAD_SINGLE;
@@ -243,8 +267,10 @@ int main(int argc, char** argv) {
     threads();
   } else if (strcmp(suite, "large") == 0) {
     large();
+  } else if (strcmp(suite, "onesided") == 0) {
+    onesided();
   } else {
-    CHECK(0, "unknown suite '%s' (p2p, collectives, threads, large)", suite);
+    CHECK(0, "unknown suite '%s' (p2p, collectives, threads, large, onesided)", suite);
   }
   /* Where the ranks ran: one network namespace per host in tests/mpi/mpi_test.sh. */
   char ns[64] = "";

@@ -14,7 +14,8 @@
 #
 # FI_PROVIDER_PATH must name the directory of the libfabq-fi.so under test. The program's
 # output must match the extended regular expression FABQ_MPI_EXPECT (default: tests/mpi/
-# mpi_check.c's OK line) and must not match FABQ_MPI_REJECT (default: nothing). Exit status: 0
+# mpi_check.c's OK line) and must not match FABQ_MPI_REJECT (default: nothing); FABQ_MPI_ARGS
+# adds mpirun options (split at blanks). Exit status: 0
 # passed, 77 skipped, anything else failed (the output says what).
 set -eu
 
@@ -51,9 +52,10 @@ for lib in $(ldd "$FI_PROVIDER_PATH/libfabq-fi.so" | awk '/lib(a|t)san\.so/ {pri
   preload=$lib
 done
 
+# shellcheck disable=SC2086
 set -- --allow-run-as-root --oversubscribe --bind-to none \
   --mca pml cm --mca mtl ofi --mca mtl_ofi_verbose 1 \
-  -x FI_PROVIDER_PATH -x FI_PROVIDER=fabq "$@"
+  -x FI_PROVIDER_PATH -x FI_PROVIDER=fabq ${FABQ_MPI_ARGS:-} "$@"
 if [ -n "$preload" ]; then
   set -- -x "LD_PRELOAD=$preload" -x "ASAN_OPTIONS=detect_leaks=0:${ASAN_OPTIONS:-}" \
     -x "TSAN_OPTIONS=report_signal_unsafe=0:${TSAN_OPTIONS:-}" "$@"
