@@ -280,6 +280,13 @@ void Endpoint::deliver_unexpected(const PostedRecv& r, const Unexpected& u,
   complete_recv(r, u.in, n, events, release);
 }
 
+bool Endpoint::released_here_locked(const PostedRecv& r) {
+  if (r.multi == 0) return false;
+  if (srx_ == nullptr) return queue_.slice_done(r.multi);
+  core::MutexLock slock(srx_->mu_);
+  return srx_->queue_.slice_done(r.multi);
+}
+
 void Endpoint::mark_release_locked(const PostedRecv& r, core::CompletionError* e) {
   if (r.multi != 0 && queue_.release(r.multi)) e->completion.flags |= FI_MULTI_RECV;
 }
@@ -603,7 +610,7 @@ bool Endpoint::placed(const Incoming& in, Placement* p) {
     case PlaceRecord::Kind::kPosted:
       --placing_;
       complete_recv(rec.recv, in, std::min(in.len, p->capacity), &events,
-                    slice_released_locked(rec.recv));
+                    released_here_locked(rec.recv));
       break;
     case PlaceRecord::Kind::kUnexpected: {
       Unexpected* u = std::exchange(rec.unexpected, nullptr);
@@ -630,7 +637,7 @@ bool Endpoint::arrived_locked(Unexpected* u, RecvQueue& q, std::vector<uint32_t>
   u->complete = true;
   if (!u->taker) return false;
   // Its CQ slot was reserved when it was posted, on this endpoint's receive CQ.
-  deliver_unexpected(*u->taker, *u, events, slice_released_locked(*u->taker));
+  deliver_unexpected(*u->taker, *u, events, u->taker->multi != 0 && q.slice_done(u->taker->multi));
   q.remove(u);
   return true;
 }
@@ -666,7 +673,7 @@ void Endpoint::unplace_locked(Placement* p, RecvQueue& q, bool shared) {
   if (back->multi != 0) {
     // A slice of a multi-receive buffer: later messages went on past it, so its part of the
     // buffer stays unused. Its CQ slot carries the buffer's release if it was the last slice.
-    const bool last = slice_released_locked(*back);
+    const bool last = q.slice_done(back->multi);
     std::vector<uint32_t> events;
     Cq* cq = rx_cq();
     if (failed_) {

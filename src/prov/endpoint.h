@@ -236,6 +236,9 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   bool slice_released_locked(const PostedRecv& r) FABQ_REQUIRES(mu_) {
     return r.multi != 0 && queue_.slice_done(r.multi);
   }
+  // As slice_released_locked, for a slice of this endpoint's queue or its SRX's (whose lock it
+  // takes).
+  bool released_here_locked(const PostedRecv& r) FABQ_REQUIRES(mu_);
   // A receive left the queue without a message (cancel, failure): its error completion
   // releases its multi-receive buffer if no slice of it is being filled.
   void mark_release_locked(const PostedRecv& r, core::CompletionError* e) FABQ_REQUIRES(mu_);

@@ -146,11 +146,33 @@ struct Receives {
                     .src = msg->addr});
   }
 
+  // FI_OPT_MIN_MULTI_RECV (size_t), the one option receives have: applies to multi-receive
+  // buffers posted after it is set. Other options: -FI_ENOPROTOOPT.
+  static int getopt(fid* f, int level, int name, void* val, size_t* len) {
+    T* t = T::from_fid(f);
+    if (t == nullptr || val == nullptr || len == nullptr) return -FI_EINVAL;
+    if (level != FI_OPT_ENDPOINT || name != FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
+    if (*len < sizeof(size_t)) return -FI_ETOOSMALL;
+    core::MutexLock lock(t->mu_);
+    *static_cast<size_t*>(val) = t->min_multi_recv_;
+    *len = sizeof(size_t);
+    return 0;
+  }
+  static int setopt(fid* f, int level, int name, const void* val, size_t len) {
+    T* t = T::from_fid(f);
+    if (t == nullptr) return -FI_EINVAL;
+    if (level != FI_OPT_ENDPOINT || name != FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
+    if (val == nullptr || len != sizeof(size_t)) return -FI_EINVAL;
+    core::MutexLock lock(t->mu_);
+    t->min_multi_recv_ = *static_cast<const size_t*>(val);
+    return 0;
+  }
+
   static inline fi_ops_ep ep_ops_ = {
       .size = sizeof(fi_ops_ep),
       .cancel = cancel,
-      .getopt = enosys<fid*, int, int, void*, size_t*>,
-      .setopt = enosys<fid*, int, int, const void*, size_t>,
+      .getopt = getopt,
+      .setopt = setopt,
       .tx_ctx = enosys<fid_ep*, int, fi_tx_attr*, fid_ep**, void*>,
       .rx_ctx = enosys<fid_ep*, int, fi_rx_attr*, fid_ep**, void*>,
       .rx_size_left = enosys_ssize<fid_ep*>,
@@ -246,33 +268,15 @@ struct EpOps {
     return e->enable();
   }
 
+  // FI_OPT_CM_DATA_SIZE (read only), and the receive options (Receives).
   static int getopt(fid* f, int level, int name, void* val, size_t* len) {
-    Endpoint* e = Endpoint::from_fid(f);
-    if (e == nullptr || val == nullptr || len == nullptr) return -FI_EINVAL;
-    if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
-    size_t v = 0;
-    if (name == FI_OPT_CM_DATA_SIZE) {
-      v = core::kCmDataSize;
-    } else if (name == FI_OPT_MIN_MULTI_RECV) {
-      core::MutexLock lock(e->mu_);
-      v = e->min_multi_recv_;
-    } else {
-      return -FI_ENOPROTOOPT;
+    if (level != FI_OPT_ENDPOINT || name != FI_OPT_CM_DATA_SIZE) {
+      return R::getopt(f, level, name, val, len);
     }
+    if (Endpoint::from_fid(f) == nullptr || val == nullptr || len == nullptr) return -FI_EINVAL;
     if (*len < sizeof(size_t)) return -FI_ETOOSMALL;
-    *static_cast<size_t*>(val) = v;
+    *static_cast<size_t*>(val) = core::kCmDataSize;
     *len = sizeof(size_t);
-    return 0;
-  }
-
-  // FI_OPT_MIN_MULTI_RECV (size_t): applies to multi-receive buffers posted after it is set.
-  static int setopt(fid* f, int level, int name, const void* val, size_t len) {
-    Endpoint* e = Endpoint::from_fid(f);
-    if (e == nullptr) return -FI_EINVAL;
-    if (level != FI_OPT_ENDPOINT || name != FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
-    if (val == nullptr || len != sizeof(size_t)) return -FI_EINVAL;
-    core::MutexLock lock(e->mu_);
-    e->min_multi_recv_ = *static_cast<const size_t*>(val);
     return 0;
   }
 
@@ -538,7 +542,7 @@ struct EpOps {
       .size = sizeof(fi_ops_ep),
       .cancel = R::cancel,
       .getopt = getopt,
-      .setopt = setopt,
+      .setopt = R::setopt,
       .tx_ctx = enosys<fid_ep*, int, fi_tx_attr*, fid_ep**, void*>,
       .rx_ctx = enosys<fid_ep*, int, fi_rx_attr*, fid_ep**, void*>,
       .rx_size_left = rx_size_left,

@@ -17,6 +17,7 @@ Srx::Srx(Domain* domain, const fi_rx_attr& attr, void* context)
       domain_(domain),
       size_(attr.size ? attr.size : 1024),
       iov_limit_(attr.iov_limit ? std::min(attr.iov_limit, kMaxIov) : kMaxIov),
+      op_flags_(attr.op_flags),
       queue_(size_, params().unexpected_bytes, 4 * size_) {
   init_box(context);
 }
@@ -41,8 +42,39 @@ void Srx::attach(Endpoint* ep) {
   endpoints_.push_back(ep);
 }
 
+void Srx::post_multi_locked(PostedRecv& r) {
+  queue_.make_multi(&r, min_multi_recv_);
+  bool used_up = false;
+  while (!used_up) {
+    Unexpected* u = queue_.find_unexpected(r);
+    if (u == nullptr) break;
+    Endpoint* from = u->from;
+    Cq* cq = from->rx_cq();
+    // With no room there, the buffered messages wait for the next receive posted.
+    if (cq != nullptr && !cq->queue().reserve(1).ok()) break;
+    PostedRecv slice = queue_.carve(&r, u->in.len, &used_up);
+    slice.owner = from;
+    if (used_up) queue_.release(r.multi);  // the slice is in flight: its completion says so
+    if (!u->complete) {
+      u->taker = slice;  // completes on its endpoint when the rest of it arrives
+      continue;
+    }
+    std::vector<uint32_t> events;
+    from->deliver_unexpected(slice, *u, &events, queue_.slice_done(slice.multi));
+    if (u->in.ack == AckWanted::kDelivered && u->in.via != nullptr) {
+      u->in.via->ack_delivered_later(u->in.seq);
+    }
+    queue_.remove(u);
+    from->outbox().add(from->domain_, cq, events);
+  }
+  if (!used_up) queue_.post(r);
+}
+
 ssize_t Srx::post_recv(const PostedRecv& posted, fi_addr_t /*src*/) {
   PostedRecv r = posted;
+  if (r.default_flags) r.flags = op_flags_ & ~(r.tagged ? FI_MULTI_RECV : 0);
+  const bool multi = (r.flags & FI_MULTI_RECV) != 0;
+  if (multi && (r.tagged || r.iov_count != 1)) return r.tagged ? -FI_EBADFLAGS : -FI_EINVAL;
   FaultAction action;
   std::vector<uint32_t> cq_events;
   // Borrowed (borrowed_) under mu_, so that none of them can finish closing until this is done
@@ -55,12 +87,14 @@ ssize_t Srx::post_recv(const PostedRecv& posted, fi_addr_t /*src*/) {
   {
     core::MutexLock lock(mu_);
     if (failed_) return -FI_EOPBADSTATE;
-    // Peeks, claims and multi-receive buffers are the endpoints' own (fi_fabq(7)).
-    if (r.flags & (FI_PEEK | FI_CLAIM | FI_MULTI_RECV)) return -FI_EBADFLAGS;
+    // Peeks and claims are the endpoints' own (fi_fabq(7)).
+    if (r.flags & (FI_PEEK | FI_CLAIM)) return -FI_EBADFLAGS;
     if (queue_.full()) return -FI_EAGAIN;
     action = count_operation();
-    Unexpected* u = queue_.find_unexpected(r);
-    if (u != nullptr && u->complete) {
+    Unexpected* u = multi ? nullptr : queue_.find_unexpected(r);
+    if (multi) {
+      post_multi_locked(r);
+    } else if (u != nullptr && u->complete) {
       from = u->from;
       Cq* cq = from->rx_cq();
       if (cq != nullptr && !cq->queue().reserve(1).ok()) return -FI_EAGAIN;
@@ -117,10 +151,13 @@ ssize_t Srx::cancel(void* context) {
       queue_.post(*r);
       return -FI_ENOCQ;
     }
-    if (core::Status s = cq->queue().write_error(recv_error(*r, FI_ECANCELED, 0)); !s.ok()) {
+    core::CompletionError e = recv_error(*r, FI_ECANCELED, 0);
+    if (core::Status s = cq->queue().reserve(1); !s.ok()) {
       queue_.post(*r);  // full: the receive stays posted, nothing is lost
       return s.to_fi();
     }
+    if (r->multi != 0 && queue_.release(r->multi)) e.completion.flags |= FI_MULTI_RECV;
+    cq->queue().complete_error(e);
     limit_reached = limit_crossed_locked();
   }
   if (limit_reached) raise(domain_, this, FI_FABQ_EVENT_SRX_LIMIT_REACHED);

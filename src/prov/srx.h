@@ -7,6 +7,9 @@
 //
 // Calls: fi_recv, recvv, recvmsg, trecv, trecvv, trecvmsg (FI_PEEK, FI_CLAIM: -FI_EBADFLAGS;
 // its queue full, or no room on the CQ of the buffered message a receive takes: -FI_EAGAIN),
+// multi-receive buffers (FI_MULTI_RECV, in the call's flags or the SRX's rx op_flags;
+// FI_OPT_MIN_MULTI_RECV through fi_setopt on the SRX) whose slices complete on the CQ of the
+// endpoint each message came through,
 // and fi_cancel, whose FI_ECANCELED completion goes to the receive CQ of the first bound
 // endpoint that has one (none: -FI_ENOCQ; full: -FI_EAGAIN, the receive stays posted). Sends:
 // -FI_ENOSYS. The op tables are in ep_ops.cc.
@@ -38,6 +41,7 @@ class Srx final : public Object, public AsyncTarget {
   // The SRX whose descriptor `f` is; null for any other fid.
   static Srx* from_fid(const fid* f);
   Srx(Domain* domain, const fi_rx_attr& attr, void* context);
+  static constexpr size_t kDefaultMinMultiRecv = 16384;  // as an endpoint's
   fid_ep* handle() { return &box_.fid; }
   Domain* domain() const { return domain_; }
   // The endpoints bound to it now (a copy, taken under its lock).
@@ -58,6 +62,10 @@ class Srx final : public Object, public AsyncTarget {
   void init_box(void* context);
   // `src` is not read: a shared receive takes any sender's message.
   ssize_t post_recv(const PostedRecv& r, fi_addr_t src) FABQ_EXCLUDES(mu_);
+  // A multi-receive buffer: takes the buffered messages it can hold, then posts what is left.
+  // Each slice takes its slot on the CQ of the endpoint its message came through, and its
+  // completion goes there (outbox).
+  void post_multi_locked(PostedRecv& r) FABQ_REQUIRES(mu_);
   ssize_t cancel(void* context) FABQ_EXCLUDES(mu_);
   // Whether the posted count fell below the armed limit (disarms it).
   bool limit_crossed_locked() FABQ_REQUIRES(mu_) {
@@ -70,11 +78,13 @@ class Srx final : public Object, public AsyncTarget {
   Domain* const domain_;
   const size_t size_;
   const size_t iov_limit_;
+  const uint64_t op_flags_;  // rx_attr->op_flags: what fi_recv & co. post with
   // After its endpoints' locks (docs/locking.md); an endpoint bound to it takes it to place
   // messages in its queue.
   core::Mutex mu_;
   bool failed_ FABQ_GUARDED_BY(mu_) = false;
   size_t limit_ FABQ_GUARDED_BY(mu_) = 0;
+  size_t min_multi_recv_ FABQ_GUARDED_BY(mu_) = kDefaultMinMultiRecv;
   RecvQueue queue_ FABQ_GUARDED_BY(mu_);
   std::vector<Endpoint*> endpoints_ FABQ_GUARDED_BY(mu_);
 };

@@ -231,6 +231,59 @@ TEST_F(MultiRecv, RxOpFlagsMakeFiRecvPostMultiReceiveBuffers) {
   EXPECT_EQ(fi_trecv(b->ep, tbuf, sizeof(tbuf), nullptr, FI_ADDR_UNSPEC, 1, 0, tbuf), 0);
 }
 
+// An SRX's buffer takes the messages of every endpoint bound to it; each slice completes on
+// the CQ of the endpoint its message came through.
+TEST_F(MultiRecv, ASharedReceiveContextsBufferTakesEveryBoundEndpointsMessages) {
+  Ep* a = open_ep();
+  fi_rx_attr rx{};
+  rx.size = 16;
+  fid_ep* srx = nullptr;
+  ASSERT_EQ(fi_srx_context(domain_, &rx, &srx, nullptr), 0);
+  Ep* bound[2];
+  for (Ep*& b : bound) {
+    b = new Ep;
+    eps_.push_back(b);
+    fi_cq_attr attr{};
+    attr.format = FI_CQ_FORMAT_TAGGED;
+    attr.wait_obj = FI_WAIT_UNSPEC;
+    ASSERT_EQ(fi_cq_open(domain_, &attr, &b->cq, nullptr), 0);
+    ASSERT_EQ(fi_endpoint(domain_, info_, &b->ep, nullptr), 0);
+    ASSERT_EQ(fi_ep_bind(b->ep, &av_->fid, 0), 0);
+    ASSERT_EQ(fi_ep_bind(b->ep, &b->cq->fid, FI_TRANSMIT | FI_RECV), 0);
+    ASSERT_EQ(fi_ep_bind(b->ep, &srx->fid, 0), 0);
+    ASSERT_EQ(fi_enable(b->ep), 0);
+    size_t len = sizeof(b->name);
+    ASSERT_EQ(fi_getname(&b->ep->fid, &b->name, &len), 0);
+    ASSERT_EQ(fi_av_insert(av_, &b->name, 1, &b->addr, 0, nullptr), 1);
+  }
+  size_t min = 50;
+  ASSERT_EQ(fi_setopt(&srx->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof(min)), 0);
+  send(a, bound[0], 100, 'x');  // buffered in the SRX before the buffer is posted
+  std::vector<char> buf(350);
+  iovec iov{buf.data(), buf.size()};
+  fi_msg m{.msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &buf};
+  ASSERT_EQ(fi_recvmsg(srx, &m, FI_MULTI_RECV), 0);
+  fi_cq_tagged_entry c = next(bound[0]);
+  EXPECT_EQ(c.buf, buf.data());
+  EXPECT_EQ(c.flags, FI_RECV | FI_MSG);
+  send(a, bound[1], 100, 'y');
+  c = next(bound[1]);
+  EXPECT_EQ(c.buf, buf.data() + 100) << "on the CQ of the endpoint it came through";
+  EXPECT_EQ(c.flags, FI_RECV | FI_MSG);
+  send(a, bound[0], 120, 'z');  // 30 left: below 50
+  c = next(bound[0]);
+  EXPECT_EQ(c.buf, buf.data() + 200);
+  EXPECT_EQ(c.flags, FI_RECV | FI_MSG | FI_MULTI_RECV);
+  EXPECT_EQ(buf[0], 'x');
+  EXPECT_EQ(buf[100], 'y');
+  EXPECT_EQ(buf[200], 'z');
+  for (Ep* b : bound) {
+    ASSERT_EQ(fi_close(&b->ep->fid), 0);
+    b->ep = nullptr;
+  }
+  EXPECT_EQ(fi_close(&srx->fid), 0);
+}
+
 TEST_F(MultiRecv, TaggedOrScatteredMultiReceiveBuffersAreRefused) {
   Ep* b = open_ep();
   char one[16], two[16];
