@@ -7,6 +7,7 @@
 #include "prov/domain.h"
 #include "prov/endpoint.h"
 #include "prov/fabric.h"
+#include "prov/av.h"
 #include "prov/provider.h"
 
 namespace fabq::prov {
@@ -18,6 +19,7 @@ Srx::Srx(Domain* domain, const fi_rx_attr& attr, void* context)
       size_(attr.size ? attr.size : 1024),
       iov_limit_(attr.iov_limit ? std::min(attr.iov_limit, kMaxIov) : kMaxIov),
       op_flags_(attr.op_flags),
+      directed_((attr.caps & FI_DIRECTED_RECV) != 0),
       queue_(size_, params().unexpected_bytes, 4 * size_) {
   init_box(context);
 }
@@ -70,7 +72,7 @@ void Srx::post_multi_locked(PostedRecv& r) {
   if (!used_up) queue_.post(r);
 }
 
-ssize_t Srx::post_recv(const PostedRecv& posted, fi_addr_t /*src*/) {
+ssize_t Srx::post_recv(const PostedRecv& posted, fi_addr_t src) {
   PostedRecv r = posted;
   if (r.default_flags) r.flags = op_flags_ & ~(r.tagged ? FI_MULTI_RECV : 0);
   const bool multi = (r.flags & FI_MULTI_RECV) != 0;
@@ -89,6 +91,16 @@ ssize_t Srx::post_recv(const PostedRecv& posted, fi_addr_t /*src*/) {
     if (failed_) return -FI_EOPBADSTATE;
     // Peeks and claims are the endpoints' own (fi_fabq(7)).
     if (r.flags & (FI_PEEK | FI_CLAIM)) return -FI_EBADFLAGS;
+    if (directed_ && src != FI_ADDR_UNSPEC) {
+      // The bound endpoints' AV (set before they were enabled) names the sender.
+      auto with_av = std::find_if(endpoints_.begin(), endpoints_.end(),
+                                  [](const Endpoint* ep) { return ep->av_ != nullptr; });
+      sockaddr_in name{};
+      if (with_av == endpoints_.end() || !(*with_av)->av_->lookup(src, &name)) {
+        return -FI_EINVAL;
+      }
+      r.source = SourceFilter::only(name);
+    }
     if (queue_.full()) return -FI_EAGAIN;
     action = count_operation();
     Unexpected* u = multi ? nullptr : queue_.find_unexpected(r);

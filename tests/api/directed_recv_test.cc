@@ -206,6 +206,27 @@ TEST_F(DirectedRecv, ASenderOutsideTheAvMatchesOnlyReceivesForAnySender) {
   EXPECT_EQ(src, FI_ADDR_NOTAVAIL);
 }
 
+// A shared receive context asked for FI_DIRECTED_RECV names senders through the AV of the
+// endpoints bound to it.
+TEST_F(DirectedRecv, ASharedReceiveContextWithTheCapabilitySelectsTheSenderToo) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  fid_ep* srx = open_srx(FI_MSG | FI_RECV | FI_DIRECTED_RECV);
+  Ep* c = open_ep({.srx = srx});
+  send_arrived(b, c, "from b");
+  char for_a[16] = {};
+  ASSERT_EQ(fi_recv(srx, for_a, sizeof(for_a), nullptr, a->addr, for_a), 0);
+  EXPECT_FALSE(any_completion_within(c->cq, 50)) << "b's message is not a's";
+  send_arrived(a, c, "from a");
+  EXPECT_EQ(received(c), std::string(for_a));
+  EXPECT_STREQ(for_a, "from a");
+  char any[16] = {};
+  ASSERT_EQ(fi_recv(srx, any, sizeof(any), nullptr, FI_ADDR_UNSPEC, any), 0);
+  EXPECT_EQ(received(c), std::string(any));
+  EXPECT_STREQ(any, "from b");
+  EXPECT_EQ(fi_recv(srx, any, sizeof(any), nullptr, a->addr + 100, any), -FI_EINVAL);
+}
+
 TEST_F(DirectedRecv, WithoutTheCapabilityTheSourceAddressIsIgnored) {
   Ep* a = open_ep();
   Ep* b = open_ep();

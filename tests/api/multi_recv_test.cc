@@ -177,19 +177,7 @@ TEST_F(MultiRecv, CancelReleasesThePartlyUsedBuffer) {
 
 TEST_F(MultiRecv, TheReleaseIsReportedEvenWhenCompletionsAreSuppressed) {
   Ep* a = open_ep();
-  Ep* b = new Ep;
-  eps_.push_back(b);
-  fi_cq_attr attr{};
-  attr.format = FI_CQ_FORMAT_TAGGED;
-  attr.wait_obj = FI_WAIT_UNSPEC;
-  ASSERT_EQ(fi_cq_open(domain_, &attr, &b->cq, nullptr), 0);
-  ASSERT_EQ(fi_endpoint(domain_, info_, &b->ep, nullptr), 0);
-  ASSERT_EQ(fi_ep_bind(b->ep, &av_->fid, 0), 0);
-  ASSERT_EQ(fi_ep_bind(b->ep, &b->cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION), 0);
-  ASSERT_EQ(fi_enable(b->ep), 0);
-  size_t len = sizeof(b->name);
-  ASSERT_EQ(fi_getname(&b->ep->fid, &b->name, &len), 0);
-  ASSERT_EQ(fi_av_insert(av_, &b->name, 1, &b->addr, 0, nullptr), 1);
+  Ep* b = open_ep({.cq_flags = FI_SELECTIVE_COMPLETION});
   set_min(b, 100);
   std::vector<char> buf(300);
   ASSERT_EQ(post_multi(b, buf.data(), buf.size(), &buf), 0);  // without FI_COMPLETION
@@ -203,22 +191,7 @@ TEST_F(MultiRecv, TheReleaseIsReportedEvenWhenCompletionsAreSuppressed) {
 
 TEST_F(MultiRecv, RxOpFlagsMakeFiRecvPostMultiReceiveBuffers) {
   Ep* a = open_ep();
-  fi_info* info = fi_dupinfo(info_);
-  info->rx_attr->op_flags = FI_MULTI_RECV;
-  Ep* b = new Ep;
-  eps_.push_back(b);
-  fi_cq_attr attr{};
-  attr.format = FI_CQ_FORMAT_TAGGED;
-  attr.wait_obj = FI_WAIT_UNSPEC;
-  ASSERT_EQ(fi_cq_open(domain_, &attr, &b->cq, nullptr), 0);
-  ASSERT_EQ(fi_endpoint(domain_, info, &b->ep, nullptr), 0);
-  fi_freeinfo(info);
-  ASSERT_EQ(fi_ep_bind(b->ep, &av_->fid, 0), 0);
-  ASSERT_EQ(fi_ep_bind(b->ep, &b->cq->fid, FI_TRANSMIT | FI_RECV), 0);
-  ASSERT_EQ(fi_enable(b->ep), 0);
-  size_t len = sizeof(b->name);
-  ASSERT_EQ(fi_getname(&b->ep->fid, &b->name, &len), 0);
-  ASSERT_EQ(fi_av_insert(av_, &b->name, 1, &b->addr, 0, nullptr), 1);
+  Ep* b = open_ep({.rx_op_flags = FI_MULTI_RECV});
   set_min(b, 10);
   std::vector<char> buf(100);
   ASSERT_EQ(fi_recv(b->ep, buf.data(), buf.size(), nullptr, FI_ADDR_UNSPEC, &buf), 0);
@@ -235,27 +208,8 @@ TEST_F(MultiRecv, RxOpFlagsMakeFiRecvPostMultiReceiveBuffers) {
 // the CQ of the endpoint its message came through.
 TEST_F(MultiRecv, ASharedReceiveContextsBufferTakesEveryBoundEndpointsMessages) {
   Ep* a = open_ep();
-  fi_rx_attr rx{};
-  rx.size = 16;
-  fid_ep* srx = nullptr;
-  ASSERT_EQ(fi_srx_context(domain_, &rx, &srx, nullptr), 0);
-  Ep* bound[2];
-  for (Ep*& b : bound) {
-    b = new Ep;
-    eps_.push_back(b);
-    fi_cq_attr attr{};
-    attr.format = FI_CQ_FORMAT_TAGGED;
-    attr.wait_obj = FI_WAIT_UNSPEC;
-    ASSERT_EQ(fi_cq_open(domain_, &attr, &b->cq, nullptr), 0);
-    ASSERT_EQ(fi_endpoint(domain_, info_, &b->ep, nullptr), 0);
-    ASSERT_EQ(fi_ep_bind(b->ep, &av_->fid, 0), 0);
-    ASSERT_EQ(fi_ep_bind(b->ep, &b->cq->fid, FI_TRANSMIT | FI_RECV), 0);
-    ASSERT_EQ(fi_ep_bind(b->ep, &srx->fid, 0), 0);
-    ASSERT_EQ(fi_enable(b->ep), 0);
-    size_t len = sizeof(b->name);
-    ASSERT_EQ(fi_getname(&b->ep->fid, &b->name, &len), 0);
-    ASSERT_EQ(fi_av_insert(av_, &b->name, 1, &b->addr, 0, nullptr), 1);
-  }
+  fid_ep* srx = open_srx();
+  Ep* bound[2] = {open_ep({.srx = srx}), open_ep({.srx = srx})};
   size_t min = 50;
   ASSERT_EQ(fi_setopt(&srx->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof(min)), 0);
   send(a, bound[0], 100, 'x');  // buffered in the SRX before the buffer is posted
@@ -277,11 +231,6 @@ TEST_F(MultiRecv, ASharedReceiveContextsBufferTakesEveryBoundEndpointsMessages) 
   EXPECT_EQ(buf[0], 'x');
   EXPECT_EQ(buf[100], 'y');
   EXPECT_EQ(buf[200], 'z');
-  for (Ep* b : bound) {
-    ASSERT_EQ(fi_close(&b->ep->fid), 0);
-    b->ep = nullptr;
-  }
-  EXPECT_EQ(fi_close(&srx->fid), 0);
 }
 
 TEST_F(MultiRecv, TaggedOrScatteredMultiReceiveBuffersAreRefused) {

@@ -58,6 +58,7 @@ class Rdm : public ::testing::Test {
       }
       delete e;
     }
+    for (fid_ep* srx : srxs_) EXPECT_EQ(fi_close(&srx->fid), 0);
     for (fid_av* av : avs_) EXPECT_EQ(fi_close(&av->fid), 0);
     if (domain_ != nullptr) {
       EXPECT_EQ(fi_close(&domain_->fid), 0);
@@ -77,10 +78,17 @@ class Rdm : public ::testing::Test {
     return av;
   }
 
-  // An enabled RDM endpoint with its own CQ (FORMAT_TAGGED), bound to `av` (the fixture's by
-  // default), and its name inserted there.
-  Ep* open_ep(fid_av* av = nullptr, uint64_t caps = 0) {
-    if (av == nullptr) av = av_;
+  struct EpOptions {
+    fid_av* av = nullptr;      // the fixture's by default
+    uint64_t caps = 0;         // the info's by default
+    fid_ep* srx = nullptr;     // bound before fi_enable
+    uint64_t cq_flags = 0;     // more fi_ep_bind flags for the CQ (FI_SELECTIVE_COMPLETION)
+    uint64_t rx_op_flags = 0;  // rx_attr->op_flags
+  };
+  // An enabled RDM endpoint with its own CQ (FORMAT_TAGGED), bound to its AV, and its name
+  // inserted there.
+  Ep* open_ep(const EpOptions& o) {
+    fid_av* av = o.av != nullptr ? o.av : av_;
     auto* e = new Ep;
     eps_.push_back(e);
     fi_cq_attr cq_attr{};
@@ -88,17 +96,30 @@ class Rdm : public ::testing::Test {
     cq_attr.wait_obj = FI_WAIT_UNSPEC;
     EXPECT_EQ(fi_cq_open(domain_, &cq_attr, &e->cq, nullptr), 0);
     fi_info* info = fi_dupinfo(info_);
-    if (caps != 0) info->caps = caps;
+    if (o.caps != 0) info->caps = o.caps;
+    info->rx_attr->op_flags = o.rx_op_flags;
     EXPECT_EQ(fi_endpoint(domain_, info, &e->ep, nullptr), 0);
     fi_freeinfo(info);
     if (e->ep == nullptr || e->cq == nullptr) return e;
     EXPECT_EQ(fi_ep_bind(e->ep, &av->fid, 0), 0);
-    EXPECT_EQ(fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV), 0);
+    EXPECT_EQ(fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV | o.cq_flags), 0);
+    if (o.srx != nullptr) EXPECT_EQ(fi_ep_bind(e->ep, &o.srx->fid, 0), 0);
     EXPECT_EQ(fi_enable(e->ep), 0);
     size_t len = sizeof(e->name);
     EXPECT_EQ(fi_getname(&e->ep->fid, &e->name, &len), 0);
     EXPECT_EQ(fi_av_insert(av, &e->name, 1, &e->addr, 0, nullptr), 1);
     return e;
+  }
+  Ep* open_ep(fid_av* av = nullptr, uint64_t caps = 0) { return open_ep({.av = av, .caps = caps}); }
+  // An SRX (rx_attr caps `caps`), closed after the endpoints (TearDown).
+  fid_ep* open_srx(uint64_t caps = 0) {
+    fi_rx_attr rx{};
+    rx.caps = caps;
+    rx.size = 64;
+    fid_ep* srx = nullptr;
+    EXPECT_EQ(fi_srx_context(domain_, &rx, &srx, nullptr), 0);
+    if (srx != nullptr) srxs_.push_back(srx);
+    return srx;
   }
 
   // One completion within kWaitMs: 1, or -FI_EAVAIL with the error in *err, or what sread gave.
@@ -130,6 +151,7 @@ class Rdm : public ::testing::Test {
   fid_domain* domain_ = nullptr;
   fid_av* av_ = nullptr;
   std::vector<fid_av*> avs_;
+  std::vector<fid_ep*> srxs_;
   std::vector<Ep*> eps_;
 };
 
