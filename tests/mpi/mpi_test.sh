@@ -33,16 +33,14 @@ if ! command -v mpirun >/dev/null 2>&1; then
   exit 77
 fi
 
+# netns_up, netns_exec, netns_hosts, netns_down: the 3 "hosts" of the hosts mode.
+# shellcheck source-path=SCRIPTDIR source=netns.sh
+. "$(cd "$(dirname "$0")" && pwd)/netns.sh"
+
 out=$(mktemp)
-ns_prefix="fqm$$"
 cleanup() {
   rm -f "$out"
-  if [ "$mode" = hosts ]; then
-    for n in 1 2 3; do ip netns del "$ns_prefix-$n" 2>/dev/null || true; done
-    ip netns del "$ns_prefix-br" 2>/dev/null || true
-    rm -f "${agent:-}"
-    [ -z "${tmpbase:-}" ] || rm -rf "$tmpbase"
-  fi
+  netns_down
 }
 trap cleanup EXIT INT TERM
 
@@ -67,44 +65,20 @@ case $mode in
     timeout -k 5 "$limit" mpirun -np "$ranks" "$@" >"$out" 2>&1 || status=$?
     ;;
   hosts)
-    if [ "$(id -u)" -ne 0 ] || ! ip netns add "$ns_prefix-br" 2>/dev/null; then
+    # hosts 10.77.0.1-3 on a bridge (tests/mpi/netns.sh). Ranks go round the hosts (--map-by
+    # node): 4 ranks are 2 + 1 + 1.
+    ns_status=0
+    netns_up "fqm$$" 3 || ns_status=$?
+    if [ "$ns_status" -eq 1 ]; then
       echo "mpi_test: SKIPPED: the 3-namespace run needs root (ip netns)"
       exit 77
+    elif [ "$ns_status" -ne 0 ]; then
+      echo "mpi_test: FAILED: could not set up the network namespaces"
+      exit 1
     fi
-    # hosts 10.77.0.1-3 on a bridge in a namespace of its own; lo up in each. Ranks go round
-    # the hosts (--map-by node): 4 ranks are 2 + 1 + 1.
-    ip -n "$ns_prefix-br" link add br0 type bridge
-    ip -n "$ns_prefix-br" link set br0 up
-    hostlist=""
-    per=$(((ranks + 2) / 3))
-    for n in 1 2 3; do
-      ns="$ns_prefix-$n"
-      ip netns add "$ns"
-      ip link add "fqm$$v$n" netns "$ns_prefix-br" type veth peer name eth0 netns "$ns"
-      ip -n "$ns_prefix-br" link set "fqm$$v$n" master br0 up
-      ip -n "$ns" addr add "10.77.0.$n/24" dev eth0
-      ip -n "$ns" link set eth0 up
-      ip -n "$ns" link set lo up
-      hostlist="${hostlist:+$hostlist,}10.77.0.$n:$per"
-    done
-    # Open MPI reaches a "host" through its rsh agent: this one enters the namespace that owns
-    # the address instead of logging in. Each host gets a temporary directory of its own, as
-    # separate machines would: daemons that share one (all are named after this machine)
-    # trip over each other's session files.
-    agent=$(mktemp)
-    tmpbase=$(mktemp -d)
-    cat >"$agent" <<EOF
-#!/bin/sh
-host=\$1; shift
-n=\${host##*.}
-mkdir -p "$tmpbase/\$n"
-exec ip netns exec "$ns_prefix-\$n" env TMPDIR="$tmpbase/\$n" sh -c "\$*"
-EOF
-    chmod +x "$agent"
     status=0
-    mkdir -p "$tmpbase/1"
-    TMPDIR="$tmpbase/1" timeout -k 5 "$limit" ip netns exec "$ns_prefix-1" mpirun -np "$ranks" --host "$hostlist" \
-      --map-by node --mca plm_rsh_agent "$agent" --mca oob_tcp_if_include 10.77.0.0/24 \
+    netns_exec 1 timeout -k 5 "$limit" mpirun -np "$ranks" --host "$(netns_hosts $(((ranks + 2) / 3)))" \
+      --map-by node --mca plm_rsh_agent "$netns_agent" --mca oob_tcp_if_include 10.77.0.0/24 \
       "$@" >"$out" 2>&1 || status=$?
     ;;
   *)
