@@ -103,7 +103,9 @@ class Rdm : public ::testing::Test {
     if (e->ep == nullptr || e->cq == nullptr) return e;
     EXPECT_EQ(fi_ep_bind(e->ep, &av->fid, 0), 0);
     EXPECT_EQ(fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV | o.cq_flags), 0);
-    if (o.srx != nullptr) EXPECT_EQ(fi_ep_bind(e->ep, &o.srx->fid, 0), 0);
+    if (o.srx != nullptr) {
+      EXPECT_EQ(fi_ep_bind(e->ep, &o.srx->fid, 0), 0);
+    }
     EXPECT_EQ(fi_enable(e->ep), 0);
     size_t len = sizeof(e->name);
     EXPECT_EQ(fi_getname(&e->ep->fid, &e->name, &len), 0);
