@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <optional>
 
+#include "prov/av.h"
 #include "prov/cq.h"
 #include "prov/domain.h"
 #include "prov/endpoint.h"
 #include "prov/fabric.h"
-#include "prov/av.h"
 #include "prov/provider.h"
 
 namespace fabq::prov {
