@@ -19,7 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "mpi_netns.h"
 
 enum { TAG = 17, CTL_TAG = 18, WARMUP = 20, MAX_REPS = 31 };
 
@@ -190,21 +191,8 @@ int main(int argc, char** argv) {
   }
 
   /* Where the ranks ran: one network namespace per host in scripts/bench-mpi. */
-  char ns[64] = "";
-  if (readlink("/proc/self/ns/net", ns, sizeof(ns) - 1) < 0) strcpy(ns, "?");
-  char* all = rank == 0 ? calloc((size_t)size, sizeof(ns)) : NULL;
-  MPI_Gather(ns, sizeof(ns), MPI_CHAR, all, sizeof(ns), MPI_CHAR, 0, MPI_COMM_WORLD);
-  if (rank == 0) {
-    int distinct = 0;
-    for (int i = 0; i < size; ++i) {
-      int seen = 0;
-      for (int j = 0; j < i && !seen; ++j)
-        seen = strcmp(all + i * sizeof(ns), all + j * sizeof(ns)) == 0;
-      distinct += !seen;
-    }
-    printf("mpi_pingpong: OK (%d ranks, %d network namespaces)\n", size, distinct);
-    free(all);
-  }
+  const int namespaces = network_namespaces(MPI_COMM_WORLD);
+  if (rank == 0) printf("mpi_pingpong: OK (%d ranks, %d network namespaces)\n", size, namespaces);
   free(sbuf);
   free(rbuf);
   MPI_Finalize();

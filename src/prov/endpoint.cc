@@ -308,7 +308,7 @@ bool Endpoint::post_multi_locked(PostedRecv& r, bool slot, std::vector<uint32_t>
       u->taker = slice;  // completes when the rest of it arrives
       continue;
     }
-    deliver_unexpected(slice, *u, events, slice_released_locked(slice));
+    deliver_unexpected(slice, *u, events, queue_.slice_done(slice.multi));
     // Its connection is not this caller's to use here: the acknowledgement goes at its next
     // progress.
     if (u->in.ack == AckWanted::kDelivered && u->in.via != nullptr) {

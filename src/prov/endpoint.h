@@ -231,13 +231,9 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // when selective completion would suppress it).
   void complete_recv(const PostedRecv& r, const Incoming& in, size_t placed,
                      std::vector<uint32_t>* events, bool release = false);
-  // A slice of this endpoint's multi-receive buffer completed: whether its completion releases
-  // the buffer (RecvQueue::slice_done). False for any other receive.
-  bool slice_released_locked(const PostedRecv& r) FABQ_REQUIRES(mu_) {
-    return r.multi != 0 && queue_.slice_done(r.multi);
-  }
-  // As slice_released_locked, for a slice of this endpoint's queue or its SRX's (whose lock it
-  // takes).
+  // A slice of a multi-receive buffer of this endpoint's queue or its SRX's (whose lock it
+  // takes) completed: whether its completion releases the buffer (RecvQueue::slice_done).
+  // False for any other receive.
   bool released_here_locked(const PostedRecv& r) FABQ_REQUIRES(mu_);
   // A receive left the queue without a message (cancel, failure): its error completion
   // releases its multi-receive buffer if no slice of it is being filled.
