@@ -199,12 +199,32 @@ int Endpoint::enable() {
 bool Endpoint::can_free(const Connection* c) {
   core::MutexLock lock(mu_);
   std::erase(stalled_, c);  // closed: nothing to resume
+  for (Peer& q : peers_) {
+    if (q.in == c) q.in = nullptr;  // closed: the next send to that peer connects
+  }
+  return unreferenced_locked(c);
+}
+
+bool Endpoint::unreferenced_locked(const Connection* c) {
   // borrowed_ is looked at under the SRX's lock too: an SRX's post borrows under it only.
   if (srx_ == nullptr) {
     return borrowed_.load(std::memory_order_acquire) == 0 && !queue_.refers_to(c);
   }
   core::MutexLock slock(srx_->mu_);
   return borrowed_.load(std::memory_order_acquire) == 0 && !srx_->queue_.refers_to(c);
+}
+
+void Endpoint::inbound_ready(Connection* c, const sockaddr_in& name) {
+  core::MutexLock lock(mu_);
+  if (closing_) return;
+  auto same = std::find_if(peers_.begin(), peers_.end(), [&name](const Peer& q) {
+    return q.to.sin_addr.s_addr == name.sin_addr.s_addr && q.to.sin_port == name.sin_port;
+  });
+  if (same == peers_.end()) {
+    same = peers_.insert(peers_.end(), Peer{.to = name});
+  }
+  // A connection the peer made earlier and that is still open keeps the sends it carries.
+  if (same->in == nullptr || !same->in->open()) same->in = c;
 }
 
 fi_addr_t Endpoint::source_of(const Incoming& in) const {
@@ -883,19 +903,30 @@ Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer
     if (same == peers_.end()) same = peers_.insert(peers_.end(), Peer{.to = sa});
     route_[dest] = static_cast<uint32_t>(same - peers_.begin()) + 1;
   }
-  std::unique_ptr<Connection>& p = peers_[route_[dest] - 1].conn;
-  if (p != nullptr && p->open()) return p.get();
-  // The last connection to it closed (its sends were failed then). Another thread may still be
-  // submitting to it: it is freed once none borrows one.
-  if (p != nullptr) retired_.push_back(std::move(p));
-  if (borrowed_.load(std::memory_order_acquire) == 0) {
-    for (auto& c : retired_) dead->push_back(std::move(c));
-    retired_.clear();
+  Peer& q = peers_[route_[dest] - 1];
+  if (q.conn != nullptr) {
+    if (q.conn->open()) return q.conn.get();
+  } else if (q.in != nullptr && q.in->open()) {
+    return q.in;  // the peer's connection to this endpoint, up before this one sent to it
   }
-  p = domain_->fabric()->transport()->make_connection(this, conn_params_locked());
+  // The connection it sent through closed (its sends were failed then). Another thread may
+  // still be submitting to one, or a buffered message that came through it owe its sender an
+  // acknowledgement: it is freed once neither holds.
+  if (q.in != nullptr && !q.in->open()) q.in = nullptr;  // the listener frees it
+  if (q.conn != nullptr) {
+    std::erase(stalled_, q.conn.get());
+    retired_.push_back(std::move(q.conn));
+  }
+  std::erase_if(retired_, [this, dead](std::unique_ptr<Connection>& c) {
+    if (!unreferenced_locked(c.get())) return false;
+    dead->push_back(std::move(c));
+    return true;
+  });
+  if (q.in != nullptr) return q.in;
+  q.conn = domain_->fabric()->transport()->make_connection(this, conn_params_locked());
   *peer = sa;
   *fresh = true;
-  return p.get();
+  return q.conn.get();
 }
 
 void Endpoint::finish_send(TxOp* op, int err, std::vector<uint32_t>* events) {

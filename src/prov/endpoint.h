@@ -153,6 +153,9 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // After place() refused: true when only a full CQ stood in the way, which no post will
   // change, so the connection retries at every progress round instead of waiting for one.
   bool take_retry() override;
+  // RDM: the peer named `name` connected to this endpoint's listener through `c`: sends to that
+  // peer go through `c` while this endpoint has no connection of its own to it.
+  void inbound_ready(Connection* c, const sockaddr_in& name) override;
   // A send is written whole to the kernel / acknowledged by the peer. tx_acked() is false for a
   // sequence number that names no send awaiting that acknowledgement (a protocol violation).
   void tx_written(TxOp* op) override;
@@ -175,6 +178,9 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // The listener may free a closed connection it accepted: no buffered message came through it
   // and no thread holds it outside the endpoint's lock.
   bool can_free(const Connection* c) override;
+  // No thread borrows a connection and no buffered message came through `c`. Takes the SRX's
+  // lock if there is one.
+  bool unreferenced_locked(const Connection* c) FABQ_REQUIRES(mu_);
 
   // The connections that stalled in place() (no receive, no room to buffer) are resumed by a
   // post that changes that, or by a receive given back (unplace). Each stall is recorded under
@@ -317,12 +323,16 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // The sends from post to completion.
   TxRing tx_ring_ FABQ_GUARDED_BY(mu_);
   // MSG: created by fi_connect, or at open for an endpoint opened from a CONNREQ. RDM: the
-  // listener, opened by fi_enable, and one outgoing connection per peer address: every
-  // fi_addr_t an AV gives the same address sends through it, so messages to one endpoint keep
-  // their order whichever of its names they use. All destroyed first.
+  // listener, opened by fi_enable, and one connection per peer address that its sends go
+  // through: every fi_addr_t an AV gives the same address sends through it, so messages to one
+  // endpoint keep their order whichever of its names they use. That is the peer's own
+  // connection to this endpoint (`in`, accepted by the listener, which owns it) when it made one
+  // before this endpoint sent to it, else one this endpoint makes (`conn`); either is kept
+  // while it is open. All destroyed first.
   struct Peer {
     sockaddr_in to{};
     std::unique_ptr<Connection> conn;
+    Connection* in = nullptr;  // cleared by can_free() before the listener may free it
   };
   std::unique_ptr<Connection> conn_ FABQ_GUARDED_BY(mu_);
   std::unique_ptr<Listener> listener_ FABQ_GUARDED_BY(mu_);
@@ -330,7 +340,8 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // fi_addr_t -> 1 + its index in peers_ (0: not sent to yet). An AV never hands out an index
   // twice, so an index always names one address.
   std::vector<uint32_t> route_ FABQ_GUARDED_BY(mu_);
-  // Replaced outgoing connections, freed once no thread borrows one.
+  // Replaced outgoing connections, freed once no thread borrows one and no buffered message
+  // came through it.
   std::vector<std::unique_ptr<Connection>> retired_ FABQ_GUARDED_BY(mu_);
   // Threads using a connection they found under mu_ after releasing it (a send submitting, a
   // delivery acknowledgement going out). Incremented under mu_ (or the SRX's lock); a

@@ -8,9 +8,12 @@
 // RDM connections speak the same protocol; what differs is who hears of it. The connect data
 // of an RDM kConnReq is the connecting endpoint's name (sockaddr_in, for FI_SOURCE); no CM event
 // is reported; a connection that fails or is refused fails the sends submitted to it
-// (Owner::abort_sends) and nothing else. Data flows one way on each: from the endpoint that
-// connected to the one that accepted (acknowledgements flow back), so two endpoints that send
-// to each other hold two connections, and messages between them keep their order.
+// (Owner::abort_sends) and nothing else. Data flows both ways: the endpoint that accepted hears
+// of the connection once it is up (Owner::inbound_ready) and answers its peer through it rather
+// than making a second one, so in a request/reply exchange each reply carries TCP's
+// acknowledgement of the request instead of a packet of its own. Each side sends through one
+// connection per peer for as long as it is open, so messages between two endpoints keep their
+// order.
 //
 // The handshake's rules (which frame may come when, what each one means, the authentication
 // arithmetic) are xport/handshake.h's: the connection asks its Handshake and does what it says.
@@ -67,6 +70,7 @@ class Conn final : public Connection, public Pollable {
   // Pollable.
   void on_ready(uint32_t events) override;
   void on_deadline() override;
+  bool poll_read() override;
 
   // The engine, holding its lock, every round: moves ring bytes if there are any to move.
   void poll_shm();

@@ -21,6 +21,8 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
   core::MutexLock lock(mu_);
   if (state() != State::kIdle) return -FI_EISCONN;
   peer_ = peer;
+  // RDM: what comes back through it is from the endpoint named by the address connected to.
+  if (rdm_) peer_name_ = peer;
   switch (owner_->take_net_fault()) {
     case core::NetFault::kReject:
       // Injected: refused as if the peer had called fi_reject without data.
@@ -256,7 +258,15 @@ bool Conn::handshake_frame_locked(const wire::Header& h) {
       set_state(next.state);
       if (shm_agreed_) rx_shm_ = true;  // the peer's next frame is in the ring
       update_interest_locked();
-      if (!rdm_) owner_->cm_event({.event = FI_CONNECTED});
+      if (rdm_) {
+        // Replies go through it only when it comes from the host its peer's name is on: a
+        // peer that announced another endpoint's name gets no message meant for that one.
+        if (peer_.sin_addr.s_addr == peer_name_.sin_addr.s_addr) {
+          owner_->inbound_ready(this, peer_name_);
+        }
+      } else {
+        owner_->cm_event({.event = FI_CONNECTED});
+      }
       return true;
     case Step::kReject:
       engine_->log(LogLevel::kWarn, "connection from %s:%u refused: %s\n",

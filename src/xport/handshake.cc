@@ -126,8 +126,9 @@ bool Handshake::allowed(const wire::Header& h) const {
       return s == State::kAccepted;
     case wire::Op::kMsg:
     case wire::Op::kTagged:
-      // On an RDM connection, messages flow only from the side that connected.
-      return s == State::kConnected && (!rdm_ || inbound_);
+      // Both ways, on RDM connections too: an endpoint answers a peer through the connection
+      // that peer made.
+      return s == State::kConnected;
     default:
       return s == State::kConnected;
   }

@@ -62,7 +62,7 @@ struct TransportConfig {
 
 // What a connection is made for: the endpoint's side of it, fixed when it is made or adopted.
 struct ConnParams {
-  bool rdm = false;         // an RDM endpoint's connection: no CM events, data flows one way
+  bool rdm = false;         // an RDM endpoint's connection: no CM events, made by the first send
   size_t max_msg_size = 0;  // the largest payload it accepts
   sockaddr_in src{};        // MSG: connect from this address when its port is not 0
   sockaddr_in announce{};   // RDM: the name sent as connect data (the listener's address)
@@ -163,6 +163,12 @@ class Owner {
   // post will change, so the connection retries at every progress round.
   virtual bool take_retry() = 0;
 
+  // RDM: connection `c`, accepted by the owner's listener, is up, and `name` is what its peer
+  // announced (the peer endpoint's listening address). The owner may submit its own sends to
+  // that peer through `c` (messages flow both ways on an RDM connection, so a reply carries the
+  // transport's acknowledgement of the request) until `c` stops being open; `c` stays valid
+  // at least until can_free(c) returns true.
+  virtual void inbound_ready(Connection* c, const sockaddr_in& name) = 0;
   // A send is written whole to the kernel.
   virtual void tx_written(TxOp* op) = 0;
   // A send the connection will not carry (an injected net=drop fault): it completes as if the
@@ -251,8 +257,9 @@ class Connection {
 };
 
 // An RDM endpoint's listening socket. Every connection it accepts is another endpoint's
-// connection to its owner: accepted at once (no CM events), it carries the peer's messages in and
-// lives until the listener is destroyed or the peer goes away.
+// connection to its owner: accepted at once (no CM events), it carries the peer's messages in
+// (and, once inbound_ready() named it, the owner's messages back) and lives until the listener
+// is destroyed or the peer goes away.
 class Listener {
  public:
   virtual ~Listener() = default;

@@ -259,6 +259,71 @@ TEST_F(Rdm, MessagesKeepTheirOrderWhicheverFiAddrOfTheSamePeerTheyName) {
   EXPECT_EQ(connections_to(b->name), 1);
 }
 
+// One TCP connection per pair of endpoints that talk: the endpoint that was sent to answers
+// through the connection its peer made (so each reply carries TCP's acknowledgement of the
+// request), with the sender named and completion levels kept as on any connection.
+TEST_F(Rdm, AReplyGoesBackThroughTheConnectionItsRequestCameBy) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  fi_cq_tagged_entry e{};
+  fi_addr_t src = FI_ADDR_UNSPEC;
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    char at_b[8] = {}, at_a[8] = {};
+    ASSERT_EQ(fi_recv(b->ep, at_b, sizeof(at_b), nullptr, FI_ADDR_UNSPEC, at_b), 0);
+    ASSERT_EQ(fi_recv(a->ep, at_a, sizeof(at_a), nullptr, FI_ADDR_UNSPEC, at_a), 0);
+    ASSERT_EQ(fi_inject(a->ep, "ping", 5, b->addr), 0);
+    ASSERT_EQ(wait_cq(b->cq, &e, nullptr, &src), 1);
+    EXPECT_STREQ(at_b, "ping");
+    EXPECT_EQ(src, a->addr);
+    char reply[] = "pong";
+    iovec iov{reply, sizeof(reply)};
+    fi_msg msg{};
+    msg.msg_iov = &iov;
+    msg.iov_count = 1;
+    msg.addr = a->addr;
+    msg.context = reply;
+    ASSERT_EQ(fi_sendmsg(b->ep, &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION), 0);
+    ASSERT_EQ(wait_cq(a->cq, &e, nullptr, &src), 1);
+    EXPECT_STREQ(at_a, "pong");
+    EXPECT_EQ(src, b->addr) << "FI_SOURCE names the endpoint that answered";
+    ASSERT_EQ(wait_cq(b->cq, &e), 1);
+    EXPECT_EQ(e.op_context, reply) << "delivered: acknowledged through the same connection";
+  }
+  EXPECT_EQ(connections_to(b->name), 1);
+  EXPECT_EQ(connections_to(a->name), 0) << "b made no connection of its own";
+}
+
+TEST_F(Rdm, AnEndpointAnsweringThroughItsPeersConnectionHearsOfThatPeersEnd) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  char in[8] = {};
+  ASSERT_EQ(fi_recv(b->ep, in, sizeof(in), nullptr, FI_ADDR_UNSPEC, in), 0);
+  ASSERT_EQ(fi_inject(a->ep, "hello", 6, b->addr), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  // b's answer waits for a delivery a never makes: a closes.
+  char out[] = "answer";
+  iovec iov{out, sizeof(out)};
+  fi_msg msg{};
+  msg.msg_iov = &iov;
+  msg.iov_count = 1;
+  msg.addr = a->addr;
+  msg.context = out;
+  ASSERT_EQ(fi_sendmsg(b->ep, &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION), 0);
+  EXPECT_FALSE(any_completion_within(b->cq, 100));
+  ASSERT_EQ(fi_close(&a->ep->fid), 0);
+  a->ep = nullptr;
+  fi_cq_err_entry err{};
+  ASSERT_EQ(wait_cq(b->cq, &e, &err), -FI_EAVAIL);
+  EXPECT_EQ(err.err, FI_ECONNABORTED);
+  EXPECT_EQ(err.op_context, out);
+  // Nobody listens at a's address now: b's next send connects on its own, refused.
+  ASSERT_EQ(fi_send(b->ep, out, sizeof(out), nullptr, a->addr, out), 0);
+  ASSERT_EQ(wait_cq(b->cq, &e, &err), -FI_EAVAIL);
+  EXPECT_EQ(err.err, FI_ECONNREFUSED);
+}
+
 TEST_F(Rdm, TwoEndpointsSendingToEachOtherBothReceive) {
   Ep* a = open_ep();
   Ep* b = open_ep();

@@ -208,6 +208,11 @@ class FakeOwner final : public Owner {
     std::lock_guard lock(mu_);
     return retries_asked_;
   }
+  // inbound_ready() calls: the connection and the name its peer announced.
+  std::vector<std::pair<Connection*, sockaddr_in>> inbound() const {
+    std::lock_guard lock(mu_);
+    return inbound_;
+  }
   std::vector<const Connection*> can_free_calls() const {
     std::lock_guard lock(mu_);
     return can_free_calls_;
@@ -311,6 +316,12 @@ class FakeOwner final : public Owner {
     journal_.push_back("written " + std::to_string(op->seq));
   }
 
+  void inbound_ready(Connection* c, const sockaddr_in& name) override {
+    std::lock_guard lock(mu_);
+    if (!c->connected()) problems_.push_back("inbound_ready() of a connection not up");
+    inbound_.emplace_back(c, name);
+  }
+
   void tx_lost(TxOp* op, int err) override {
     std::lock_guard lock(mu_);
     journal_.push_back("lost " + std::to_string(op->seq) + " " + std::to_string(err));
@@ -387,6 +398,7 @@ class FakeOwner final : public Owner {
   std::vector<AckRecord> acks_;
   std::vector<AbortRecord> aborts_;
   std::vector<const Connection*> can_free_calls_;
+  std::vector<std::pair<Connection*, sockaddr_in>> inbound_;
   int ended_ = 0;
   size_t refused_ = 0;
   size_t unplaced_ = 0;

@@ -235,13 +235,16 @@ TEST(HandshakeTable, ChallengeIsForbiddenWhenTheRequestDidNotAuthenticate) {
   EXPECT_FALSE(a.allowed(frame(Op::kChallenge)));
 }
 
-TEST(HandshakeTable, MessagesAreForbiddenOnTheConnectingSideOfAnRdmConnection) {
+TEST(HandshakeTable, MessagesComeBackOnTheConnectingSideOfAnRdmConnectionOnceItIsUp) {
   Handshake a(/*rdm=*/true);
   send_request(a, name_of(7000), {});
-  ASSERT_EQ(a.on_frame(frame(Op::kConnAccept), nullptr).step, Step::kConfirm);
+  // Not while the request is unanswered.
   EXPECT_FALSE(a.allowed(frame(Op::kMsg)));
   EXPECT_FALSE(a.allowed(frame(Op::kTagged)));
-  // Acknowledgements and the close still come back.
+  ASSERT_EQ(a.on_frame(frame(Op::kConnAccept), nullptr).step, Step::kConfirm);
+  // The peer answers through the connection this side made, with its acknowledgements.
+  EXPECT_TRUE(a.allowed(frame(Op::kMsg)));
+  EXPECT_TRUE(a.allowed(frame(Op::kTagged)));
   EXPECT_TRUE(a.allowed(frame(Op::kAckReceived)));
   EXPECT_TRUE(a.allowed(frame(Op::kAckDelivered)));
   EXPECT_TRUE(a.allowed(frame(Op::kShutdown)));

@@ -1,6 +1,7 @@
 // RDM over the TCP transport (transport_harness.h): a message carries its sender's announced
-// name, no CM event, a refused connect fails the sends, the listener asks its owner before
-// freeing a closed connection, and frees what a sweep retired when the transport goes.
+// name, the accepting side answers through the connection it was offered, no CM event, a refused
+// connect fails the sends, the listener asks its owner before freeing a closed connection, and
+// frees what a sweep retired when the transport goes.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <rdma/fi_errno.h>
@@ -61,6 +62,72 @@ TEST_P(TransportTest, RdmMessageArrivesWithTheSendersNameAndNoCmEvent) {
     EXPECT_EQ(asyncs(*o), std::vector<std::string>{});
     EXPECT_EQ(o->abort_count(), 0u);
   }
+}
+
+TEST_P(TransportTest, RdmAcceptingSideIsOfferedTheConnectionAndAnswersThroughIt) {
+  int err = 0;
+  std::unique_ptr<Listener> lb = t_->open_listener(&server_, rdm_params(), loopback(0), &err);
+  ASSERT_NE(lb, nullptr) << err;
+  std::unique_ptr<Listener> la = t_->open_listener(&client_, rdm_params(), loopback(0), &err);
+  ASSERT_NE(la, nullptr) << err;
+  const sockaddr_in a_name = name_of(*la);
+  const sockaddr_in b_name = name_of(*lb);
+  ConnParams pa = rdm_params();
+  pa.announce = a_name;
+  std::unique_ptr<Connection> c = t_->make_connection(&client_, pa);
+  Outbox out;
+  ASSERT_NO_FATAL_FAILURE(send(client_, c.get(), out.make("request", 1)));
+  ASSERT_EQ(c->connect(b_name, &a_name, sizeof(a_name)), 0);
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 1; }));
+  // The listener's owner hears of the connection, up, with the name its peer announced.
+  const std::vector<std::pair<Connection*, sockaddr_in>> offered = server_.inbound();
+  ASSERT_EQ(offered.size(), 1u);
+  Connection* back = offered[0].first;
+  EXPECT_EQ(back, server_.received()[0].in.via);
+  EXPECT_EQ(addr_str(offered[0].second), addr_str(a_name));
+  EXPECT_TRUE(client_.inbound().empty()) << "a connection it made is not offered to its maker";
+  // The reply goes through the same connection, acknowledgements both ways.
+  Outbox replies;
+  ASSERT_NO_FATAL_FAILURE(
+      send(server_, back, replies.make(pattern(70000, 3), 1, 3, TxLevel::kDelivery)));
+  ASSERT_NO_FATAL_FAILURE(send(server_, back, replies.tagged("tagged reply", 2, 9)));
+  ASSERT_TRUE(pump([&] { return client_.received_count() == 2 && server_.ack_count() == 1; }));
+  settle(milliseconds(30));
+  const std::vector<Received> got = client_.received();
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE("reply " + std::to_string(i));
+    EXPECT_EQ(addr_str(got[i].in.from), addr_str(b_name)) << "FI_SOURCE: the name connected to";
+    EXPECT_EQ(got[i].in.via, c.get());
+    EXPECT_TRUE(got[i].bytes == replies.payload(i));
+  }
+  EXPECT_TRUE(got[1].in.tagged);
+  EXPECT_EQ(got[1].in.tag, 9u);
+  ASSERT_EQ(server_.acks().size(), 1u);
+  EXPECT_EQ(server_.acks()[0].conn, back);
+  EXPECT_TRUE(server_.acks()[0].delivered);
+  for (const FakeOwner* o : {&client_, &server_}) {
+    EXPECT_EQ(cms(*o), std::vector<std::string>{});
+    EXPECT_EQ(o->abort_count(), 0u);
+    EXPECT_EQ(o->problems(), std::vector<std::string>{});
+  }
+}
+
+TEST_P(TransportTest, RdmConnectionFromAnotherHostThanItsNameIsNotOfferedForReplies) {
+  int err = 0;
+  std::unique_ptr<Listener> lb = t_->open_listener(&server_, rdm_params(), loopback(0), &err);
+  ASSERT_NE(lb, nullptr) << err;
+  // It comes from 127.0.0.1 and claims an endpoint of 192.0.2.1: its messages name that one
+  // (FI_SOURCE is what was announced), but what this side sends to 192.0.2.1 must not go to it.
+  sockaddr_in claimed = loopback(7000);
+  claimed.sin_addr.s_addr = htonl(0xC0000201);
+  std::unique_ptr<Connection> c = t_->make_connection(&client_, rdm_params());
+  Outbox out;
+  ASSERT_NO_FATAL_FAILURE(send(client_, c.get(), out.make("not who I say", 1)));
+  ASSERT_EQ(c->connect(name_of(*lb), &claimed, sizeof(claimed)), 0);
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 1; }));
+  settle(milliseconds(30));
+  EXPECT_EQ(addr_str(server_.received()[0].in.from), addr_str(claimed));
+  EXPECT_TRUE(server_.inbound().empty());
 }
 
 TEST_P(TransportTest, RdmConnectionToAPortWhereNothingListensAbortsItsSendsWithoutACmEvent) {
