@@ -68,6 +68,7 @@ void Conn::leave_engine_locked(Engine* engine) {
   if (fd_.valid() && registered_) engine->remove_fd(fd_.get());
   engine->unschedule(this);  // its calls and its deadline
   engine->forget_shm(this);  // the mapping goes with the members, once no round can see it
+  engine->forget_hot(this);
   fd_.reset();
   left_engine_ = true;
 }
@@ -443,6 +444,15 @@ void Conn::on_ready(uint32_t events) {
     }
     read_locked();
   }
+}
+
+bool Conn::poll_read() {
+  core::MutexLock lock(mu_);
+  if (state() != State::kConnected || !fd_.valid() || rx_shm_ || stalled_ || writing_) {
+    return false;
+  }
+  read_locked();
+  return state() == State::kConnected && !stalled_;
 }
 
 void Conn::read_locked() {

@@ -195,15 +195,33 @@ void Engine::kick() {
 void Engine::progress() {
   std::vector<std::unique_ptr<Pollable>> dead;
   if (!mu_.try_lock()) return;
-  run_locked(&dead);
+  run_locked(&dead, /*manual=*/true);
   mu_.unlock();
   dead.clear();
   after_round();
 }
 
-void Engine::run_locked(std::vector<std::unique_ptr<Pollable>>* dead) {
+bool Engine::skip_epoll_locked() {
+  if (hot_ == nullptr && !(epoll_idle_ && !shm_run_.empty())) return false;
+  return now_ns() - last_epoll_ns_ < kEpollEveryNs;
+}
+
+void Engine::run_locked(std::vector<std::unique_ptr<Pollable>>* dead, bool manual) {
   epoll_event ev[kMaxEvents];
-  const int n = epoll_wait(epfd_.get(), ev, kMaxEvents, 0);
+  int n = 0;
+  if (manual && skip_epoll_locked()) {
+    if (hot_ != nullptr && !hot_->poll_read()) hot_ = nullptr;
+  } else {
+    n = epoll_wait(epfd_.get(), ev, kMaxEvents, 0);
+    last_epoll_ns_ = now_ns();
+    epoll_idle_ = n == 0;
+    // A quiet moment keeps the busy socket; another one, or more than one, ends its turn.
+    if (n == 1 && ev[0].events == EPOLLIN) {
+      hot_ = static_cast<Pollable*>(ev[0].data.ptr)->as_conn();
+    } else if (n != 0) {
+      hot_ = nullptr;
+    }
+  }
   for (int i = 0; i < n; ++i) static_cast<Pollable*>(ev[i].data.ptr)->on_ready(ev[i].events);
   if (!shm_run_.empty() || shm_changed_.load(std::memory_order_relaxed)) poll_shm_locked();
   if (has_scheduled_.load(std::memory_order_acquire)) {
@@ -284,7 +302,7 @@ void Engine::thread_main() {
     std::vector<std::unique_ptr<Pollable>> dead;
     {
       core::MutexLock lock(mu_);
-      run_locked(&dead);
+      run_locked(&dead, /*manual=*/false);
     }
     dead.clear();
     after_round();

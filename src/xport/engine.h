@@ -20,6 +20,8 @@
 
 namespace fabq::xport {
 
+class Conn;
+
 // Something whose fd is in the engine's epoll set. Called with the engine lock held (which the
 // analysis cannot see through the virtual call: implementations say so in their comments).
 class Pollable {
@@ -28,9 +30,10 @@ class Pollable {
   virtual void on_ready(uint32_t events) = 0;
   // A deadline passed (see Engine::set_deadline).
   virtual void on_deadline() {}
+  // The connection it is, if it is one: only a connection can be read without epoll's word
+  // (Engine::run_locked), and only one always leaves the engine through Engine::forget_hot().
+  virtual Conn* as_conn() { return nullptr; }
 };
-
-class Conn;
 
 class Engine final : public Transport {
  public:
@@ -76,6 +79,10 @@ class Engine final : public Transport {
   void add_shm(Conn* c);
   void remove_shm(Conn* c);
   void forget_shm(Conn* c) FABQ_REQUIRES(mu_);
+  // `p` is leaving the engine: no round reads it directly any more.
+  void forget_hot(const Conn* p) FABQ_REQUIRES(mu_) {
+    if (hot_ == p) hot_ = nullptr;
+  }
   // Wakes the progress thread if somebody waits (a ring it does not watch yet may fill).
   void kick_if_waiting();
   // Stops and joins the progress thread for good (the destructor, and the provider's unload);
@@ -83,8 +90,14 @@ class Engine final : public Transport {
   void stop_thread();
 
  private:
-  // One round; what it retired is moved to *dead, to be freed once mu_ is released.
-  void run_locked(std::vector<std::unique_ptr<Pollable>>* dead) FABQ_REQUIRES(mu_);
+  // One round; what it retired is moved to *dead, to be freed once mu_ is released. `manual`:
+  // called by the application's progress (not the progress thread, which sleeps on the epoll
+  // set and must take its events), which may read the busy socket instead of asking epoll.
+  void run_locked(std::vector<std::unique_ptr<Pollable>>* dead, bool manual) FABQ_REQUIRES(mu_);
+  // Whether this round may skip epoll_wait(): the application polls fast, and either one
+  // socket is all epoll reported lately (hot_) or epoll reported nothing and rings are
+  // polled anyway. epoll_wait() is still called at least every kEpollEveryNs.
+  bool skip_epoll_locked() FABQ_REQUIRES(mu_);
   void after_round() const {
     if (config_.after_round != nullptr) config_.after_round(config_.after_round_arg);
   }
@@ -118,6 +131,14 @@ class Engine final : public Transport {
   std::atomic<bool> shm_changed_{false};
   std::atomic<bool> has_shm_{false};  // shm_ is not empty: a hint for the progress thread
   std::vector<Conn*> shm_run_ FABQ_GUARDED_BY(mu_);  // shm_ as of this round (null: destroyed)
+  // Busy polling. A syscall costs about as much as a message's whole path through the
+  // provider, and a busy-polling application pays epoll_wait() plus recv() for each message
+  // on a socket; reading the one socket epoll keeps reporting pays recv() only.
+  static constexpr int64_t kEpollEveryNs = 8000;
+  // The only one epoll reported the last time it reported anything, if a connection.
+  Conn* hot_ FABQ_GUARDED_BY(mu_) = nullptr;
+  bool epoll_idle_ FABQ_GUARDED_BY(mu_) = false;  // ... or it reported nothing
+  int64_t last_epoll_ns_ FABQ_GUARDED_BY(mu_) = 0;
   std::atomic<bool> has_scheduled_{false};
   std::atomic<bool> has_deadlines_{false};  // hints that spare the common round a lock
   std::atomic<bool> has_graves_{false};
