@@ -917,11 +917,14 @@ Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer
     std::erase(stalled_, q.conn.get());
     retired_.push_back(std::move(q.conn));
   }
-  std::erase_if(retired_, [this, dead](std::unique_ptr<Connection>& c) {
-    if (!unreferenced_locked(c.get())) return false;
-    dead->push_back(std::move(c));
-    return true;
-  });
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    if (unreferenced_locked(it->get())) {
+      dead->push_back(std::move(*it));
+      it = retired_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   if (q.in != nullptr) return q.in;
   q.conn = domain_->fabric()->transport()->make_connection(this, conn_params_locked());
   *peer = sa;
