@@ -386,7 +386,7 @@ class Run {
         return s == State::kAccepted;
       case Op::kMsg:
       case Op::kTagged:
-        return s == State::kConnected && (!rdm_ || passive_);
+        return s == State::kConnected;  // both ways, on RDM connections too
       default:
         return s == State::kConnected;
     }
