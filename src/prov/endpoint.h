@@ -178,9 +178,6 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // The listener may free a closed connection it accepted: no buffered message came through it
   // and no thread holds it outside the endpoint's lock.
   bool can_free(const Connection* c) override;
-  // No thread borrows a connection and no buffered message came through `c`. Takes the SRX's
-  // lock if there is one.
-  bool unreferenced_locked(const Connection* c) FABQ_REQUIRES(mu_);
 
   // The connections that stalled in place() (no receive, no room to buffer) are resumed by a
   // post that changes that, or by a receive given back (unplace). Each stall is recorded under
@@ -195,6 +192,9 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   friend int open_endpoint(fid_domain*, fi_info*, fid_ep**, void*);
   // Fills box_: the fid's common part, its op tables (ep_ops.cc) and its owner.
   void init_box(void* context);
+  // No thread borrows a connection and no buffered message came through `c`. Takes the SRX's
+  // lock if there is one.
+  bool unreferenced_locked(const Connection* c) FABQ_REQUIRES(mu_);
   // Takes mu_. `src`: the receive's src_addr; with FI_DIRECTED_RECV (RDM) anything but
   // FI_ADDR_UNSPEC selects that sender's messages only, and an fi_addr_t the AV does not hold
   // is -FI_EINVAL. An FI_CLAIM receive finds its message by context; `src` is not read.

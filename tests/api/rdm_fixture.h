@@ -135,6 +135,33 @@ class Rdm : public ::testing::Test {
     return n;
   }
 
+  // fi_sendmsg of buf[0..len) from `from` to `to` with FI_DELIVERY_COMPLETE | FI_COMPLETION,
+  // `buf` as its context.
+  static ssize_t send_delivery_complete(const Ep* from, fi_addr_t to, char* buf, size_t len) {
+    iovec iov{buf, len};
+    fi_msg msg{};
+    msg.msg_iov = &iov;
+    msg.iov_count = 1;
+    msg.addr = to;
+    msg.context = buf;
+    return fi_sendmsg(from->ep, &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION);
+  }
+
+  // The peer at `to` closed before receiving `pending` (send_delivery_complete() from `from`):
+  // that send fails with FI_ECONNABORTED, and the next one to the address, where nobody
+  // listens now, makes a new connection, refused.
+  static void expect_sends_to_closed_peer_fail(const Ep* from, fi_addr_t to, char* pending,
+                                               size_t len) {
+    fi_cq_tagged_entry e{};
+    fi_cq_err_entry err{};
+    ASSERT_EQ(wait_cq(from->cq, &e, &err), -FI_EAVAIL);
+    EXPECT_EQ(err.err, FI_ECONNABORTED);
+    EXPECT_EQ(err.op_context, pending);
+    ASSERT_EQ(fi_send(from->ep, pending, len, nullptr, to, pending), 0);
+    ASSERT_EQ(wait_cq(from->cq, &e, &err), -FI_EAVAIL);
+    EXPECT_EQ(err.err, FI_ECONNREFUSED);
+  }
+
   // Polls `cq` (which moves bytes for the whole fabric) for `ms`: whether a completion came.
   static bool any_completion_within(fid_cq* cq, int ms) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);

@@ -162,13 +162,7 @@ TEST_F(Rdm, DeliveryCompleteWaitsForTheReceiveAtThePeer) {
   Ep* a = open_ep();
   Ep* b = open_ep();
   char out[] = "delivered";
-  iovec iov{out, sizeof(out)};
-  fi_msg msg{};
-  msg.msg_iov = &iov;
-  msg.iov_count = 1;
-  msg.addr = b->addr;
-  msg.context = out;
-  ASSERT_EQ(fi_sendmsg(a->ep, &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION), 0);
+  ASSERT_EQ(send_delivery_complete(a, b->addr, out, sizeof(out)), 0);
   EXPECT_FALSE(any_completion_within(a->cq, 300)) << "no receive is posted at the peer yet";
   char in[16] = {};
   ASSERT_EQ(fi_recv(b->ep, in, sizeof(in), nullptr, FI_ADDR_UNSPEC, in), 0);
@@ -277,13 +271,7 @@ TEST_F(Rdm, AReplyGoesBackThroughTheConnectionItsRequestCameBy) {
     EXPECT_STREQ(at_b, "ping");
     EXPECT_EQ(src, a->addr);
     char reply[] = "pong";
-    iovec iov{reply, sizeof(reply)};
-    fi_msg msg{};
-    msg.msg_iov = &iov;
-    msg.iov_count = 1;
-    msg.addr = a->addr;
-    msg.context = reply;
-    ASSERT_EQ(fi_sendmsg(b->ep, &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION), 0);
+    ASSERT_EQ(send_delivery_complete(b, a->addr, reply, sizeof(reply)), 0);
     ASSERT_EQ(wait_cq(a->cq, &e, nullptr, &src), 1);
     EXPECT_STREQ(at_a, "pong");
     EXPECT_EQ(src, b->addr) << "FI_SOURCE names the endpoint that answered";
@@ -304,24 +292,11 @@ TEST_F(Rdm, AnEndpointAnsweringThroughItsPeersConnectionHearsOfThatPeersEnd) {
   ASSERT_EQ(wait_cq(b->cq, &e), 1);
   // b's answer waits for a delivery a never makes: a closes.
   char out[] = "answer";
-  iovec iov{out, sizeof(out)};
-  fi_msg msg{};
-  msg.msg_iov = &iov;
-  msg.iov_count = 1;
-  msg.addr = a->addr;
-  msg.context = out;
-  ASSERT_EQ(fi_sendmsg(b->ep, &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION), 0);
+  ASSERT_EQ(send_delivery_complete(b, a->addr, out, sizeof(out)), 0);
   EXPECT_FALSE(any_completion_within(b->cq, 100));
   ASSERT_EQ(fi_close(&a->ep->fid), 0);
   a->ep = nullptr;
-  fi_cq_err_entry err{};
-  ASSERT_EQ(wait_cq(b->cq, &e, &err), -FI_EAVAIL);
-  EXPECT_EQ(err.err, FI_ECONNABORTED);
-  EXPECT_EQ(err.op_context, out);
-  // Nobody listens at a's address now: b's next send connects on its own, refused.
-  ASSERT_EQ(fi_send(b->ep, out, sizeof(out), nullptr, a->addr, out), 0);
-  ASSERT_EQ(wait_cq(b->cq, &e, &err), -FI_EAVAIL);
-  EXPECT_EQ(err.err, FI_ECONNREFUSED);
+  expect_sends_to_closed_peer_fail(b, a->addr, out, sizeof(out));
 }
 
 TEST_F(Rdm, TwoEndpointsSendingToEachOtherBothReceive) {
@@ -372,24 +347,11 @@ TEST_F(Rdm, PeerClosingFailsTheSendsWaitingForItAndTheNextSendConnectsAnew) {
   ASSERT_EQ(wait_cq(b->cq, &e), 1);
   // A send waiting for delivery, then the peer closes without ever receiving it.
   char out[] = "2";
-  iovec iov{out, sizeof(out)};
-  fi_msg msg{};
-  msg.msg_iov = &iov;
-  msg.iov_count = 1;
-  msg.addr = b->addr;
-  msg.context = out;
-  ASSERT_EQ(fi_sendmsg(a->ep, &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION), 0);
+  ASSERT_EQ(send_delivery_complete(a, b->addr, out, sizeof(out)), 0);
   EXPECT_FALSE(any_completion_within(a->cq, 100));
   ASSERT_EQ(fi_close(&b->ep->fid), 0);
   b->ep = nullptr;
-  fi_cq_err_entry err{};
-  ASSERT_EQ(wait_cq(a->cq, &e, &err), -FI_EAVAIL);
-  EXPECT_EQ(err.err, FI_ECONNABORTED);
-  EXPECT_EQ(err.op_context, out);
-  // Nobody listens at b's address now: the next send makes a new connection, refused.
-  ASSERT_EQ(fi_send(a->ep, out, sizeof(out), nullptr, b->addr, out), 0);
-  ASSERT_EQ(wait_cq(a->cq, &e, &err), -FI_EAVAIL);
-  EXPECT_EQ(err.err, FI_ECONNREFUSED);
+  expect_sends_to_closed_peer_fail(a, b->addr, out, sizeof(out));
 }
 
 TEST_F(Rdm, SendToAnFiAddrTheAvDoesNotHoldIsEinval) {

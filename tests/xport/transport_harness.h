@@ -197,6 +197,14 @@ struct Pair {
   std::unique_ptr<Connection> server;
 };
 
+// Two RDM endpoints: a (client_) and b (server_) each listening on 127.0.0.1, and a's connection
+// `c`, not connected yet, which announces a's name.
+struct RdmPair {
+  std::unique_ptr<Listener> la, lb;
+  sockaddr_in a_name{}, b_name{};
+  std::unique_ptr<Connection> c;
+};
+
 // Everything a test needs: one transport, the fake owners, ways to drive progress.
 template <class Base>
 class Harness : public Base {
@@ -285,6 +293,18 @@ class Harness : public Base {
     ASSERT_TRUE(pump([&] { return client_.has_cm(FI_CONNECTED) && server_.has_cm(FI_CONNECTED); }))
         << "client " << ::testing::PrintToString(cms(client_)) << ", server "
         << ::testing::PrintToString(cms(server_));
+  }
+  void open_rdm_pair(RdmPair* p) {
+    int err = 0;
+    p->lb = t_->open_listener(&server_, rdm_params(), loopback(0), &err);
+    ASSERT_NE(p->lb, nullptr) << err;
+    p->la = t_->open_listener(&client_, rdm_params(), loopback(0), &err);
+    ASSERT_NE(p->la, nullptr) << err;
+    p->a_name = name_of(*p->la);
+    p->b_name = name_of(*p->lb);
+    ConnParams pa = rdm_params();
+    pa.announce = p->a_name;
+    p->c = t_->make_connection(&client_, pa);
   }
   void send(FakeOwner& owner, Connection* c, TxOp* op) { ASSERT_EQ(owner.submit(c, op), 0); }
 

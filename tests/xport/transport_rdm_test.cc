@@ -21,17 +21,12 @@ INSTANTIATE_TEST_SUITE_P(, TransportTest, ::testing::Values(false, true), tcp_or
 // RDM
 
 TEST_P(TransportTest, RdmMessageArrivesWithTheSendersNameAndNoCmEvent) {
-  int err = 0;
-  std::unique_ptr<Listener> lb = t_->open_listener(&server_, rdm_params(), loopback(0), &err);
-  ASSERT_NE(lb, nullptr) << err;
-  std::unique_ptr<Listener> la = t_->open_listener(&client_, rdm_params(), loopback(0), &err);
-  ASSERT_NE(la, nullptr) << err;
-  const sockaddr_in a_name = name_of(*la);
-  const sockaddr_in b_name = name_of(*lb);
+  RdmPair p;
+  ASSERT_NO_FATAL_FAILURE(open_rdm_pair(&p));
+  const sockaddr_in& a_name = p.a_name;
+  const sockaddr_in& b_name = p.b_name;
   EXPECT_NE(b_name.sin_port, 0);
-  ConnParams pa = rdm_params();
-  pa.announce = a_name;
-  std::unique_ptr<Connection> c = t_->make_connection(&client_, pa);
+  std::unique_ptr<Connection>& c = p.c;
   Outbox out;
   // An RDM connection takes sends before it is up.
   ASSERT_NO_FATAL_FAILURE(
@@ -65,16 +60,11 @@ TEST_P(TransportTest, RdmMessageArrivesWithTheSendersNameAndNoCmEvent) {
 }
 
 TEST_P(TransportTest, RdmAcceptingSideIsOfferedTheConnectionAndAnswersThroughIt) {
-  int err = 0;
-  std::unique_ptr<Listener> lb = t_->open_listener(&server_, rdm_params(), loopback(0), &err);
-  ASSERT_NE(lb, nullptr) << err;
-  std::unique_ptr<Listener> la = t_->open_listener(&client_, rdm_params(), loopback(0), &err);
-  ASSERT_NE(la, nullptr) << err;
-  const sockaddr_in a_name = name_of(*la);
-  const sockaddr_in b_name = name_of(*lb);
-  ConnParams pa = rdm_params();
-  pa.announce = a_name;
-  std::unique_ptr<Connection> c = t_->make_connection(&client_, pa);
+  RdmPair p;
+  ASSERT_NO_FATAL_FAILURE(open_rdm_pair(&p));
+  const sockaddr_in& a_name = p.a_name;
+  const sockaddr_in& b_name = p.b_name;
+  std::unique_ptr<Connection>& c = p.c;
   Outbox out;
   ASSERT_NO_FATAL_FAILURE(send(client_, c.get(), out.make("request", 1)));
   ASSERT_EQ(c->connect(b_name, &a_name, sizeof(a_name)), 0);
