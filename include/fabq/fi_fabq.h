@@ -54,7 +54,10 @@
  *                                                                    socket error *; SRX error
  *   FI_FABQ_EVENT_EP_REQ_ERR        endpoint  error  FI_EREMOTEIO    the peer broke the wire
  *                                                                    protocol *
- *   FI_FABQ_EVENT_EP_ACCESS_ERR     endpoint  error  FI_EACCES       injection only (no RMA)
+ *   FI_FABQ_EVENT_EP_ACCESS_ERR     endpoint  error  FI_EACCES       MSG: the peer's RMA or
+ *                                                                    atomic named a bad key, a
+ *                                                                    range outside the region
+ *                                                                    or an access not granted *
  *   FI_FABQ_EVENT_PATH_MIG_ERR      endpoint  error  FI_EHOSTUNREACH injection only
  *   FI_FABQ_EVENT_CQ_ERR            CQ        error  FI_EOVERRUN     injection (overrun)
  *   FI_FABQ_EVENT_SRX_LIMIT_REACHED SRX       info   -       posted receives fell below the
@@ -162,6 +165,20 @@ enum fi_fabq_event_type {
 };
 #define FI_FABQ_EVENT_FIRST FI_FABQ_EVENT_COMM_EST
 #define FI_FABQ_EVENT_LAST FI_FABQ_EVENT_DEVICE_FATAL
+
+/* ONE-SIDED ERRORS
+ *   An RMA or atomic operation the target refused completes at its initiator in error: err
+ *   FI_EKEYREJECTED (no region has the key, or it was closed), FI_EACCES (the range is not
+ *   inside the region, or the region does not grant the access), FI_EOPNOTSUPP (an atomic
+ *   the target does not perform) or FI_EREMOTEIO (the target endpoint failed), and
+ *   prov_errno one of these, saying which. The target touched no memory. */
+enum fi_fabq_rma_error {
+  FI_FABQ_RMA_BAD_KEY = 1,
+  FI_FABQ_RMA_OUT_OF_BOUNDS = 2,
+  FI_FABQ_RMA_NOT_GRANTED = 3,
+  FI_FABQ_RMA_BAD_ATOMIC = 4,
+  FI_FABQ_RMA_TARGET_FAILED = 5,
+};
 
 /* What port_state() reports. A fabq device (interface) has one port, number 1. */
 enum fi_fabq_port_state {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/hmac.h"
 #include "prov/av.h"
 #include "prov/cntr.h"
 #include "prov/cq.h"
@@ -14,6 +15,7 @@
 #include "prov/mr.h"
 #include "prov/noop.h"
 #include "prov/provider.h"
+#include "prov/rma_ops.h"
 #include "prov/srx.h"
 #include "prov/wait_set.h"
 
@@ -71,7 +73,7 @@ struct DomainOps {
       .poll_open = open_poll_set,
       .stx_ctx = enosys<fid_domain*, fi_tx_attr*, fid_stx**, void*>,
       .srx_ctx = open_srx,
-      .query_atomic = enosys<fid_domain*, enum fi_datatype, enum fi_op, fi_atomic_attr*, uint64_t>,
+      .query_atomic = query_atomic,
       .query_collective = enosys<fid_domain*, enum fi_collective_op, fi_collective_attr*, uint64_t>,
       .endpoint2 = endpoint2,
   };
@@ -83,19 +85,48 @@ struct DomainOps {
   };
 };
 
-bool Domain::claim_mr_key(uint64_t key) {
+bool Domain::add_region(Region* r) {
   core::MutexLock lock(mr_mu_);
-  if (mr_keys_.size() >= kMrCount ||
-      std::find(mr_keys_.begin(), mr_keys_.end(), key) != mr_keys_.end()) {
+  if (regions_.size() >= kMrCount) return false;
+  if (prov_key_) {
+    // A key a peer cannot guess. 0 and FI_KEY_NOTAVAIL are never handed out.
+    for (;;) {
+      uint64_t key = 0;
+      if (!core::fill_random(&key, sizeof(key)).ok()) return false;
+      if (key == 0 || key == FI_KEY_NOTAVAIL || regions_.contains(key)) continue;
+      r->key = key;
+      break;
+    }
+  } else if (regions_.contains(r->key)) {
     return false;
   }
-  mr_keys_.push_back(key);
+  regions_.emplace(r->key, r);
   return true;
 }
 
-void Domain::drop_mr_key(uint64_t key) {
+void Domain::remove_region(Region* r) {
   core::MutexLock lock(mr_mu_);
-  std::erase(mr_keys_, key);
+  auto it = regions_.find(r->key);
+  if (it != regions_.end() && it->second == r) regions_.erase(it);
+}
+
+xport::RmaStatus Domain::acquire_region(uint64_t key, uint64_t addr, size_t len, uint64_t access,
+                                        const Endpoint* ep, RegionUse* use) {
+  core::MutexLock lock(mr_mu_);
+  auto it = regions_.find(key);
+  if (it == regions_.end()) return xport::RmaStatus::kBadKey;
+  Region* r = it->second;
+  if (!r->enabled || (mr_endpoint_ && r->ep != ep)) return xport::RmaStatus::kBadKey;
+  // addr - first is the offset; both comparisons are free of overflow.
+  if (addr < r->first || addr - r->first > r->len || len > r->len - (addr - r->first)) {
+    return xport::RmaStatus::kOutOfBounds;
+  }
+  if ((r->access & access) != access) return xport::RmaStatus::kNotGranted;
+  r->refs.fetch_add(1, std::memory_order_relaxed);
+  use->region = r;
+  use->at = r->base + (addr - r->first);
+  use->cntr = access == FI_REMOTE_READ ? r->read_cntr : r->write_cntr;
+  return xport::RmaStatus::kOk;
 }
 
 Eq* Domain::reg_mr_eq() {
@@ -122,6 +153,15 @@ Domain::Domain(Fabric* fabric, const fi_info& info, std::unique_ptr<core::AsyncC
   // FI_PROGRESS_AUTO, when asked for: the transport's progress thread runs while the domain
   // is open, as if a thread were always waiting (xport/transport.h).
   const fi_domain_attr* a = info.domain_attr;
+  if (a != nullptr) {
+    // FI_MR_BASIC (the old API's mode, or its bit in mr_mode) is provider keys and virtual
+    // addresses (fi_domain(3)).
+    const bool basic = a->mr_mode == FI_MR_BASIC || (a->mr_mode & FI_MR_BASIC) != 0;
+    const bool scalable = a->mr_mode == FI_MR_SCALABLE;
+    prov_key_ = !scalable && (basic || (a->mr_mode & FI_MR_PROV_KEY) != 0);
+    virt_addr_ = !scalable && (basic || (a->mr_mode & FI_MR_VIRT_ADDR) != 0);
+    mr_endpoint_ = !scalable && (a->mr_mode & FI_MR_ENDPOINT) != 0;
+  }
   if (a != nullptr &&
       (a->data_progress == FI_PROGRESS_AUTO || a->control_progress == FI_PROGRESS_AUTO)) {
     auto_progress_ = fabric->transport();

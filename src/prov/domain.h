@@ -20,6 +20,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/async_channel.h"
@@ -27,6 +28,7 @@
 #include "core/fault_spec.h"
 #include "core/mutex.h"
 #include "prov/events.h"
+#include "prov/mr.h"
 #include "prov/object.h"
 #include "xport/transport.h"
 
@@ -76,10 +78,23 @@ class Domain final : public Object, public AsyncTarget {
   void release_cq_slot() { cqs_.fetch_sub(1, std::memory_order_relaxed); }
   bool acquire_cntr_slot();
   void release_cntr_slot() { cntrs_.fetch_sub(1, std::memory_order_relaxed); }
-  // Memory region keys (prov/mr.h): false when another live region of the domain holds `key`,
-  // or kMrCount regions are open.
-  bool claim_mr_key(uint64_t key) FABQ_EXCLUDES(mr_mu_);
-  void drop_mr_key(uint64_t key) FABQ_EXCLUDES(mr_mu_);
+  // Memory regions (prov/mr.h). The mr_mode it was opened with, as its three questions:
+  bool prov_key() const { return prov_key_; }
+  bool virt_addr() const { return virt_addr_; }
+  bool mr_endpoint() const { return mr_endpoint_; }
+  // Makes `r` reachable under its key: r->key when the application chose it (false when
+  // another live region holds it), a fresh random one with FI_MR_PROV_KEY. False too when
+  // kMrCount regions are open.
+  bool add_region(Region* r) FABQ_EXCLUDES(mr_mu_);
+  // Makes `r` unreachable (its Mr closed); the caller drops the table's reference.
+  void remove_region(Region* r) FABQ_EXCLUDES(mr_mu_);
+  // A remote access of `len` bytes at `addr` of region `key`, needing `access` (FI_REMOTE_READ
+  // or FI_REMOTE_WRITE), arriving at endpoint `ep`: kOk with *use holding the region (release
+  // it with release_region), or why not, with nothing held.
+  xport::RmaStatus acquire_region(uint64_t key, uint64_t addr, size_t len, uint64_t access,
+                                  const Endpoint* ep, RegionUse* use) FABQ_EXCLUDES(mr_mu_);
+  // fi_mr_bind and fi_mr_enable change a region's bindings under the region lock.
+  core::Mutex& mr_mu() FABQ_RETURN_CAPABILITY(mr_mu_) { return mr_mu_; }
   // The bound EQ when it was bound with FI_REG_MR (registrations complete there), else null.
   Eq* reg_mr_eq() FABQ_EXCLUDES(mu_);
   static constexpr size_t kMrCount = 65536;  // domain_attr->mr_cnt
@@ -133,9 +148,12 @@ class Domain final : public Object, public AsyncTarget {
   // After the registry's lock and before the transport's and the endpoints' (docs/locking.md).
   // Also guards AsyncTarget::name_ of its targets, which the analysis cannot name from there.
   core::Mutex mu_;
-  // A leaf: nothing is called under it.
+  // A leaf: nothing is called under it. Remote accesses look regions up under it.
   core::Mutex mr_mu_;
-  std::vector<uint64_t> mr_keys_ FABQ_GUARDED_BY(mr_mu_);
+  std::unordered_map<uint64_t, Region*> regions_ FABQ_GUARDED_BY(mr_mu_);
+  bool prov_key_ = false;
+  bool virt_addr_ = false;
+  bool mr_endpoint_ = false;
   Eq* eq_ FABQ_GUARDED_BY(mu_) = nullptr;  // bound EQ
   uint64_t eq_flags_ FABQ_GUARDED_BY(mu_) = 0;
   std::vector<std::shared_ptr<const core::FaultRule>> rules_ FABQ_GUARDED_BY(mu_);

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <thread>
 
+#include "core/atomic_op.h"
 #include "core/eq.h"
+#include "fabq/fi_fabq.h"
 #include "prov/auth.h"
 #include "prov/av.h"
 #include "prov/cntr.h"
@@ -35,6 +37,36 @@ size_t scatter(const iovec* iov, size_t count, const unsigned char* src, size_t 
     done += n;
   }
   return done;
+}
+
+static_assert(static_cast<int>(xport::RmaStatus::kBadKey) == FI_FABQ_RMA_BAD_KEY &&
+              static_cast<int>(xport::RmaStatus::kOutOfBounds) == FI_FABQ_RMA_OUT_OF_BOUNDS &&
+              static_cast<int>(xport::RmaStatus::kNotGranted) == FI_FABQ_RMA_NOT_GRANTED &&
+              static_cast<int>(xport::RmaStatus::kBadAtomic) == FI_FABQ_RMA_BAD_ATOMIC &&
+              static_cast<int>(xport::RmaStatus::kTargetFailed) == FI_FABQ_RMA_TARGET_FAILED);
+
+// The error of a one-sided operation the target refused (its prov_errno is the status).
+int rma_error(xport::RmaStatus s) {
+  switch (s) {
+    case xport::RmaStatus::kOk:
+      return 0;
+    case xport::RmaStatus::kBadKey:
+      return FI_EKEYREJECTED;
+    case xport::RmaStatus::kOutOfBounds:
+    case xport::RmaStatus::kNotGranted:
+      return FI_EACCES;
+    case xport::RmaStatus::kBadAtomic:
+      return FI_EOPNOTSUPP;
+    case xport::RmaStatus::kTargetFailed:
+      return FI_EREMOTEIO;
+  }
+  return FI_EIO;
+}
+
+size_t total_len(const iovec* iov, size_t count) {
+  size_t len = 0;
+  for (size_t i = 0; i < count; ++i) len += iov[i].iov_len;
+  return len;
 }
 
 TxLevel level_of(uint64_t flags) {
@@ -72,6 +104,7 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
       source_(rdm_ && (info.caps & FI_SOURCE) != 0),
       source_err_(source_ && (info.caps & FI_SOURCE_ERR) != 0),
       directed_(rdm_ && (info.caps & FI_DIRECTED_RECV) != 0),
+      caps_(info.caps),
       auth_(auth_key_of(info)),
       queue_(rx_size_, params().unexpected_bytes, 4 * rx_size_),
       tx_ring_(tx_size_) {
@@ -140,9 +173,11 @@ Endpoint::~Endpoint() {
     const size_t held = tx_ring_.reserved_count();
     if (held != 0) tx_cq_->queue().cancel_reservation(held);
   }
-  for (Object* o : {static_cast<Object*>(eq_), static_cast<Object*>(tx_cq_),
-                    static_cast<Object*>(rx_cq()), static_cast<Object*>(tx_cntr_),
-                    static_cast<Object*>(rx_cntr_), static_cast<Object*>(av_)}) {
+  for (Object* o :
+       {static_cast<Object*>(eq_), static_cast<Object*>(tx_cq_), static_cast<Object*>(rx_cq()),
+        static_cast<Object*>(tx_cntr_), static_cast<Object*>(rx_cntr_), static_cast<Object*>(av_),
+        static_cast<Object*>(write_cntr_), static_cast<Object*>(read_cntr_),
+        static_cast<Object*>(rem_write_cntr_), static_cast<Object*>(rem_read_cntr_)}) {
     if (o != nullptr) o->release();
   }
 }
@@ -554,6 +589,8 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
   core::MutexLock lock(mu_);
   p->iov_count = 0;
   p->capacity = 0;
+  if (in.kind == xport::InKind::kWrite) return place_write_locked(in, p);
+  if (in.kind != xport::InKind::kMsg) return place_answer_locked(in, p);
   if (failed_ || closing_) {
     rec.kind = PlaceRecord::Kind::kDiscard;
     return true;
@@ -627,6 +664,20 @@ bool Endpoint::placed(const Incoming& in, Placement* p) {
   bool ack_now = in.ack == AckWanted::kDelivered;
   core::MutexLock lock(mu_);
   switch (std::exchange(rec.kind, PlaceRecord::Kind::kNone)) {
+    case PlaceRecord::Kind::kRemoteWrite:
+      if (p->status == xport::RmaStatus::kOk) {
+        wrote_locked(in, rec, &events);
+      } else if (p->status != xport::RmaStatus::kTargetFailed) {
+        refused_locked(p->status);
+      }
+      ack_now = false;
+      break;
+    case PlaceRecord::Kind::kAnswer: {
+      TxOp* op = std::exchange(rec.op, nullptr);
+      finish_send(op, rma_error(in.status), &events, in.status);
+      outbox().add(domain_, tx_cq_, events);
+      return false;
+    }
     case PlaceRecord::Kind::kPosted:
       --placing_;
       complete_recv(rec.recv, in, std::min(in.len, p->capacity), &events,
@@ -676,6 +727,16 @@ void Endpoint::unplace_locked(Placement* p, RecvQueue& q, bool shared) {
   PlaceRecord& rec = p->as<PlaceRecord>();
   std::optional<PostedRecv> back;
   switch (std::exchange(rec.kind, PlaceRecord::Kind::kNone)) {
+    case PlaceRecord::Kind::kRemoteWrite:
+      // Cut off inside a peer's write: part of it may be in the region (as with any write
+      // whose connection fails); the region is let go and its CQ slot given back.
+      if (rec.use.region != nullptr) release_region(std::exchange(rec.use.region, nullptr));
+      if (rec.cq_slot && rx_cq() != nullptr) rx_cq()->queue().cancel_reservation(1);
+      rec.cq_slot = false;
+      return;
+    case PlaceRecord::Kind::kAnswer:
+      rec.op = nullptr;  // the connection's end fails the read or atomic (abort_sends)
+      return;
     case PlaceRecord::Kind::kPosted:
       --placing_;
       back = rec.recv;
@@ -793,11 +854,42 @@ void Endpoint::connection_ended() {
 
 ssize_t Endpoint::post_send(const SendRequest& req) {
   if (req.iov_count > kMaxIov || !valid_buffers(req.iov, req.iov_count)) return -FI_EINVAL;
-  size_t len = 0;
-  for (size_t i = 0; i < req.iov_count; ++i) len += req.iov[i].iov_len;
-  if (len > max_msg_size_) return -FI_EMSGSIZE;
+  if (req.result_count > kMaxIov || !valid_buffers(req.result, req.result_count)) {
+    return -FI_EINVAL;
+  }
+  if (req.compare_count > kMaxIov || !valid_buffers(req.compare, req.compare_count)) {
+    return -FI_EINVAL;
+  }
+  const size_t len = total_len(req.iov, req.iov_count);
+  const size_t result_len = total_len(req.result, req.result_count);
+  const size_t compare_len = total_len(req.compare, req.compare_count);
+  if (len > max_msg_size_ || result_len > max_msg_size_) return -FI_EMSGSIZE;
   const bool copy = req.inject_call || (req.flags & FI_INJECT) != 0;
-  if (copy && len > kInjectSize) return -FI_EMSGSIZE;
+  if (copy && len + compare_len > kInjectSize) return -FI_EMSGSIZE;
+  switch (req.kind) {
+    case TxKind::kSend:
+      break;
+    case TxKind::kWrite:
+    case TxKind::kRead:
+      if ((caps_ & FI_RMA) == 0) return -FI_EOPNOTSUPP;
+      if (req.kind == TxKind::kRead && (len != 0 || copy || req.has_data)) return -FI_EINVAL;
+      break;
+    case TxKind::kAtomic: {
+      if ((caps_ & FI_ATOMIC) == 0) return -FI_EOPNOTSUPP;
+      if (!core::atomic_valid(req.atomic_kind, req.atomic_op, req.datatype)) {
+        return -FI_EOPNOTSUPP;
+      }
+      const size_t size = core::atomic_datatype_size(req.datatype);
+      if (req.count == 0 || len != req.count * size) return -FI_EINVAL;
+      if (len > xport::kMaxAtomicBytes) return -FI_EMSGSIZE;
+      const bool fetch = req.atomic_kind != xport::AtomicKind::kPlain;
+      if (fetch && result_len != len) return -FI_EINVAL;
+      if (req.atomic_kind == xport::AtomicKind::kCompare && compare_len != len) {
+        return -FI_EINVAL;
+      }
+      break;
+    }
+  }
   TxOp* op = nullptr;
   Connection* conn = nullptr;  // RDM: borrowed (borrowed_) until submitted
   bool fresh = false;          // RDM: a new connection, to be connected once mu_ is released
@@ -831,29 +923,67 @@ ssize_t Endpoint::post_send(const SendRequest& req) {
       borrowed_.fetch_add(1, std::memory_order_relaxed);
     }
     op = tx_ring_.take(reserve);
+    op->kind = req.kind;
     op->context = req.context;
-    op->cq_flags = FI_SEND | (req.tagged ? FI_TAGGED : FI_MSG);
     op->tagged = req.tagged;
     op->tag = req.tagged ? req.tag : 0;
     op->has_data = req.has_data;
     op->data = req.has_data ? req.data : 0;
     op->report = !req.inject_call && (!tx_selective_ || (req.flags & FI_COMPLETION) != 0);
     op->level = level_of((req.flags & kCompletionLevels) ? req.flags : tx_op_flags_);
-    op->len = len;
     op->conn = conn;
+    size_t n = 0;
+    switch (req.kind) {
+      case TxKind::kSend:
+        op->cq_flags = FI_SEND | (req.tagged ? FI_TAGGED : FI_MSG);
+        break;
+      case TxKind::kWrite:
+        op->cq_flags = FI_RMA | FI_WRITE;
+        if (req.has_data) {
+          xport::put_prefix_u64(op, req.data);
+          op->iov[n++] = {op->prefix, sizeof(op->prefix)};
+        }
+        break;
+      case TxKind::kRead:
+        op->cq_flags = FI_RMA | FI_READ;
+        xport::put_prefix_u64(op, result_len);
+        op->iov[n++] = {op->prefix, sizeof(op->prefix)};
+        break;
+      case TxKind::kAtomic:
+        op->cq_flags =
+            FI_ATOMIC | (req.atomic_kind == xport::AtomicKind::kPlain ? FI_WRITE : FI_READ);
+        xport::put_prefix_atomic(op, static_cast<uint8_t>(req.atomic_op),
+                                 static_cast<uint8_t>(req.datatype), req.atomic_kind,
+                                 static_cast<uint32_t>(req.count));
+        op->iov[n++] = {op->prefix, sizeof(op->prefix)};
+        break;
+    }
+    if (req.kind != TxKind::kSend) {
+      // A one-sided operation completes when the target has answered: its data is in the
+      // target's memory (or read from it), whatever level was asked for.
+      op->level = TxLevel::kDelivery;
+      op->key = req.key;
+      op->addr = req.addr;
+      for (size_t i = 0; i < req.result_count; ++i) op->result[i] = req.result[i];
+      op->result_count = req.result_count;
+      op->result_len = result_len;
+    }
     if (copy) {
       size_t off = 0;
-      for (size_t i = 0; i < req.iov_count; ++i) {
-        if (req.iov[i].iov_len > 0)
-          std::memcpy(op->inject + off, req.iov[i].iov_base, req.iov[i].iov_len);
-        off += req.iov[i].iov_len;
+      for (const auto& [iov, count] :
+           {std::pair{req.iov, req.iov_count}, std::pair{req.compare, req.compare_count}}) {
+        for (size_t i = 0; i < count; ++i) {
+          if (iov[i].iov_len > 0) std::memcpy(op->inject + off, iov[i].iov_base, iov[i].iov_len);
+          off += iov[i].iov_len;
+        }
       }
-      op->iov[0] = {op->inject, len};
-      op->iov_count = 1;
+      if (off > 0) op->iov[n++] = {op->inject, off};
     } else {
-      for (size_t i = 0; i < req.iov_count; ++i) op->iov[i] = req.iov[i];
-      op->iov_count = req.iov_count;
+      for (size_t i = 0; i < req.iov_count; ++i) op->iov[n++] = req.iov[i];
+      for (size_t i = 0; i < req.compare_count; ++i) op->iov[n++] = req.compare[i];
     }
+    op->iov_count = n;
+    op->len = total_len(op->iov, n);
     action = count_operation();
     if (action.err != 0) {
       // An injected error: the send fails as if the network had refused it.
@@ -932,12 +1062,14 @@ Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer
   return q.conn.get();
 }
 
-void Endpoint::finish_send(TxOp* op, int err, std::vector<uint32_t>* events) {
+void Endpoint::finish_send(TxOp* op, int err, std::vector<uint32_t>* events,
+                           xport::RmaStatus status) {
   if (tx_ring_.reserved(op)) {
     core::Completion c{.op_context = op->context, .flags = op->cq_flags};
     std::vector<uint32_t> more;
     if (err != 0) {
-      more = tx_cq_->complete_error({.completion = c, .err = err, .prov_errno = 0});
+      more = tx_cq_->complete_error(
+          {.completion = c, .err = err, .prov_errno = static_cast<int>(status)});
     } else if (op->report) {
       more = tx_cq_->complete(c);
     } else {
@@ -945,11 +1077,15 @@ void Endpoint::finish_send(TxOp* op, int err, std::vector<uint32_t>* events) {
     }
     events->insert(events->end(), more.begin(), more.end());
   }
-  if (tx_cntr_ != nullptr) {
+  // fi_ep_bind(3) counters: sends; writes and atomics; reads and fetching atomics.
+  Cntr* cntr = op->kind == TxKind::kSend                                    ? tx_cntr_
+               : op->kind == TxKind::kRead || (op->cq_flags & FI_READ) != 0 ? read_cntr_
+                                                                            : write_cntr_;
+  if (cntr != nullptr) {
     if (err != 0) {
-      tx_cntr_->counter().complete_error();
+      cntr->counter().complete_error();
     } else {
-      tx_cntr_->counter().complete();
+      cntr->counter().complete();
     }
   }
   tx_ring_.release(op);
@@ -959,7 +1095,7 @@ void Endpoint::tx_written(TxOp* op) {
   std::vector<uint32_t> events;
   {
     core::MutexLock lock(mu_);
-    if (op->level == TxLevel::kInject) {
+    if (op->level == TxLevel::kInject && op->kind == TxKind::kSend) {
       finish_send(op, 0, &events);
     } else {
       tx_ring_.mark_written(op);
@@ -972,7 +1108,7 @@ void Endpoint::tx_lost(TxOp* op, int err) {
   std::vector<uint32_t> events;
   {
     core::MutexLock lock(mu_);
-    finish_send(op, op->level == TxLevel::kInject ? 0 : err, &events);
+    finish_send(op, op->level == TxLevel::kInject && op->kind == TxKind::kSend ? 0 : err, &events);
     outbox().add(domain_, tx_cq_, events);
   }
 }
@@ -982,13 +1118,145 @@ bool Endpoint::tx_acked(const Connection* c, uint32_t seq, bool delivered) {
   {
     core::MutexLock lock(mu_);
     TxOp* op = tx_ring_.find_written(seq);
-    if (op == nullptr || op->conn != c) return false;
+    if (op == nullptr || op->conn != c || op->kind != TxKind::kSend) return false;
     const TxLevel want = delivered ? TxLevel::kDelivery : TxLevel::kTransmit;
     if (op->level != want) return false;
     finish_send(op, 0, &events);
     outbox().add(domain_, tx_cq_, events);
   }
   return true;
+}
+
+bool Endpoint::rma_acked(const Connection* c, uint32_t seq, xport::RmaStatus status) {
+  std::vector<uint32_t> events;
+  core::MutexLock lock(mu_);
+  TxOp* op = tx_ring_.find_written(seq);
+  if (op == nullptr || op->conn != c || op->kind != TxKind::kWrite) return false;
+  finish_send(op, rma_error(status), &events, status);
+  outbox().add(domain_, tx_cq_, events);
+  return true;
+}
+
+bool Endpoint::place_answer_locked(const Incoming& in, Placement* p) {
+  PlaceRecord& rec = p->as<PlaceRecord>();
+  TxOp* op = tx_ring_.find_written(in.seq);
+  const TxKind want = in.kind == xport::InKind::kReadResp ? TxKind::kRead : TxKind::kAtomic;
+  const size_t expect = in.status == xport::RmaStatus::kOk ? op != nullptr ? op->result_len : 0 : 0;
+  if (op == nullptr || op->conn != in.via || op->kind != want || in.len != expect) {
+    p->bad = true;
+    return true;
+  }
+  rec.kind = PlaceRecord::Kind::kAnswer;
+  rec.op = op;
+  for (size_t i = 0; i < op->result_count; ++i) p->iov[i] = op->result[i];
+  p->iov_count = op->result_count;
+  p->capacity = in.len;
+  return true;
+}
+
+bool Endpoint::grants(uint64_t remote_access) const {
+  constexpr uint64_t kRoles = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  if ((caps_ & (FI_RMA | FI_ATOMIC)) == 0) return false;
+  // fi_getinfo(3): naming none of the roles grants them all.
+  return (caps_ & kRoles) == 0 || (caps_ & remote_access) == remote_access;
+}
+
+void Endpoint::refused_locked(xport::RmaStatus status) {
+  if (!rdm_) {
+    outbox().add(domain_, this, FI_FABQ_EVENT_EP_ACCESS_ERR);
+    return;
+  }
+  FABQ_WARN(FI_LOG_EP_DATA, "refused a peer's one-sided request: status %d\n",
+            static_cast<int>(status));
+}
+
+bool Endpoint::place_write_locked(const Incoming& in, Placement* p) {
+  PlaceRecord& rec = p->as<PlaceRecord>();
+  rec.kind = PlaceRecord::Kind::kRemoteWrite;
+  rec.use = {};
+  rec.cq_slot = false;
+  rec.cq_data = 0;
+  const size_t prefix = in.has_data ? sizeof(rec.cq_data) : 0;
+  if (in.len < prefix) {
+    p->bad = true;
+    return true;
+  }
+  const size_t len = in.len - prefix;
+  if (prefix != 0) p->iov[p->iov_count++] = {&rec.cq_data, prefix};
+  p->capacity = prefix;
+  xport::RmaStatus status = xport::RmaStatus::kTargetFailed;
+  if (!failed_ && !closing_) {
+    status = grants(FI_REMOTE_WRITE)
+                 ? domain_->acquire_region(in.key, in.addr, len, FI_REMOTE_WRITE, this, &rec.use)
+                 : xport::RmaStatus::kNotGranted;
+  }
+  p->status = status;
+  if (status != xport::RmaStatus::kOk) return true;  // read and dropped, then refused
+  // The completion of its CQ data on the receive CQ needs a slot: with none free the write
+  // waits at its connection, as a message does.
+  if (in.has_data && rx_cq() != nullptr) {
+    if (!rx_cq()->queue().reserve(1).ok()) {
+      release_region(std::exchange(rec.use.region, nullptr));
+      rec.kind = PlaceRecord::Kind::kNone;
+      p->iov_count = 0;
+      p->capacity = 0;
+      retry_ = true;
+      return stall_locked(in);
+    }
+    rec.cq_slot = true;
+  }
+  if (len > 0) p->iov[p->iov_count++] = {rec.use.at, len};
+  p->capacity = in.len;
+  return true;
+}
+
+void Endpoint::wrote_locked(const Incoming& in, PlaceRecord& rec, std::vector<uint32_t>* events) {
+  const size_t len = in.len - (in.has_data ? sizeof(rec.cq_data) : 0);
+  if (rec.use.cntr != nullptr) rec.use.cntr->counter().complete();
+  release_region(std::exchange(rec.use.region, nullptr));
+  if (rem_write_cntr_ != nullptr) rem_write_cntr_->counter().complete();
+  if (!rec.cq_slot) return;
+  rec.cq_slot = false;
+  Cq* cq = rx_cq();
+  core::Completion c{.flags = FI_RMA | FI_REMOTE_WRITE, .len = len};
+  if (in.has_data) {
+    c.flags |= FI_REMOTE_CQ_DATA;
+    c.data = rec.cq_data;
+  }
+  if (source_) c.src_addr = source_of(in);
+  std::vector<uint32_t> more = cq->complete(c);
+  events->insert(events->end(), more.begin(), more.end());
+}
+
+xport::RmaStatus Endpoint::remote_access(const xport::RemoteAccess& a, void* out) {
+  std::vector<uint32_t> events;
+  core::MutexLock lock(mu_);
+  if (failed_ || closing_) return xport::RmaStatus::kTargetFailed;
+  const bool fetch = !a.atomic || a.kind != xport::AtomicKind::kPlain;
+  const uint64_t need = !a.atomic ? FI_REMOTE_READ : FI_REMOTE_WRITE | (fetch ? FI_REMOTE_READ : 0);
+  RegionUse use;
+  xport::RmaStatus status = xport::RmaStatus::kNotGranted;
+  if (a.atomic && !core::atomic_valid(a.kind, a.op, a.datatype)) {
+    status = xport::RmaStatus::kBadAtomic;
+  } else if (grants(need)) {
+    status = domain_->acquire_region(a.key, a.addr, a.len, need, this, &use);
+  }
+  if (status != xport::RmaStatus::kOk) {
+    refused_locked(status);
+    return status;
+  }
+  if (!a.atomic) {
+    if (a.len > 0) std::memcpy(out, use.at, a.len);
+  } else {
+    core::atomic_apply(a.kind, a.op, a.datatype, use.at, a.operand, a.compare,
+                       fetch ? out : nullptr, a.count);
+  }
+  // An atomic counts as a write at the target (fetching or not), a read as a read.
+  if (use.cntr != nullptr) use.cntr->counter().complete();
+  release_region(use.region);
+  Cntr* ep_cntr = a.atomic ? rem_write_cntr_ : rem_read_cntr_;
+  if (ep_cntr != nullptr) ep_cntr->counter().complete();
+  return xport::RmaStatus::kOk;
 }
 
 void Endpoint::abort_sends(Connection* c, int err) {

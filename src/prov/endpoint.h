@@ -49,6 +49,7 @@
 #include "core/hmac.h"
 #include "core/mutex.h"
 #include "prov/events.h"
+#include "prov/mr.h"
 #include "prov/object.h"
 #include "prov/recv_queue.h"
 #include "prov/tx_ring.h"
@@ -79,6 +80,8 @@ inline bool valid_buffers(const iovec* iov, size_t count) {
   return true;
 }
 
+using xport::TxKind;
+
 // The error completion of the posted receive `r` (err, prov_errno), an endpoint's or an SRX's.
 core::CompletionError recv_error(const PostedRecv& r, int err, int prov_errno);
 
@@ -97,14 +100,42 @@ struct SendRequest {
   bool has_data = false;            // remote CQ data goes with it
   uint64_t data = 0;                // has_data only
   bool inject_call = false;         // fi_inject & co.: copied, no completion, no CQ slot
+  // One-sided (fi_rma(3), fi_atomic(3)): what it asks of the peer's region `key` at `addr`.
+  // iov is what a write writes or an atomic's operands; a read reads result_len bytes into
+  // `result`, and an atomic's fetch and compare forms put the previous values there.
+  xport::TxKind kind = xport::TxKind::kSend;
+  uint64_t key = 0;
+  uint64_t addr = 0;
+  const iovec* result = nullptr;  // result_count buffers, at most kMaxIov
+  size_t result_count = 0;
+  const iovec* compare = nullptr;  // kCompare: as many bytes as iov
+  size_t compare_count = 0;
+  // kAtomic:
+  xport::AtomicKind atomic_kind = xport::AtomicKind::kPlain;
+  int atomic_op = 0;
+  int datatype = 0;
+  size_t count = 0;  // elements
 };
 
 // What an endpoint notes of a placement (Placement::record): the receive it chose, or the buffer.
 struct PlaceRecord {
-  enum class Kind : uint8_t { kNone, kPosted, kUnexpected, kDiscard };
+  enum class Kind : uint8_t {
+    kNone,
+    kPosted,
+    kUnexpected,
+    kDiscard,
+    kRemoteWrite,  // a peer's write into a region (granted, or refused with Placement::status)
+    kAnswer,       // the answer to this endpoint's read or atomic `op`
+  };
   Kind kind = Kind::kNone;
   PostedRecv recv;                   // kPosted: the receive it fills
   Unexpected* unexpected = nullptr;  // kUnexpected: the buffer it fills
+  // kRemoteWrite: the region it writes into (held until placed), whether its CQ data takes a
+  // receive CQ slot (reserved), and the CQ data, read into here.
+  RegionUse use;
+  bool cq_slot = false;
+  uint64_t cq_data = 0;
+  xport::TxOp* op = nullptr;  // kAnswer
 };
 
 class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
@@ -156,6 +187,11 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // RDM: the peer named `name` connected to this endpoint's listener through `c`: sends to that
   // peer go through `c` while this endpoint has no connection of its own to it.
   void inbound_ready(Connection* c, const sockaddr_in& name) override;
+  // A peer's remote read or atomic on this endpoint's domain's regions (prov/mr.h).
+  xport::RmaStatus remote_access(const xport::RemoteAccess& a, void* out) override;
+  // The peer's answer to one of this endpoint's writes: the write completes (in error unless
+  // kOk). False for a number that names no write awaiting its answer.
+  bool rma_acked(const Connection* c, uint32_t seq, xport::RmaStatus status) override;
   // A send is written whole to the kernel / acknowledged by the peer. tx_acked() is false for a
   // sequence number that names no send awaiting that acknowledgement (a protocol violation).
   void tx_written(TxOp* op) override;
@@ -186,6 +222,7 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
 
  private:
   friend struct EpOps;
+  friend struct RmaOps;
   template <class T>
   friend struct Receives;
   friend class Srx;
@@ -267,7 +304,21 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   static void give_back_locked(RecvQueue& q, PostedRecv r);
   // Completes the send in `op` (`err` 0: successfully) on the transmit CQ and counter, and frees
   // its slot.
-  void finish_send(TxOp* op, int err, std::vector<uint32_t>* events) FABQ_REQUIRES(mu_);
+  void finish_send(TxOp* op, int err, std::vector<uint32_t>* events,
+                   xport::RmaStatus status = xport::RmaStatus::kOk) FABQ_REQUIRES(mu_);
+  // place() of a peer's write and of the answer to this endpoint's read or atomic.
+  bool place_write_locked(const Incoming& in, Placement* p) FABQ_REQUIRES(mu_);
+  bool place_answer_locked(const Incoming& in, Placement* p) FABQ_REQUIRES(mu_);
+  // A peer's write is in the region: its counters, its CQ data's completion.
+  void wrote_locked(const Incoming& in, PlaceRecord& rec, std::vector<uint32_t>* events)
+      FABQ_REQUIRES(mu_);
+  // Whether the endpoint lets peers read / write its domain's regions (FI_REMOTE_READ /
+  // FI_REMOTE_WRITE among its capabilities, or FI_RMA/FI_ATOMIC with neither named).
+  bool grants(uint64_t remote_access) const;
+  // A peer's one-sided request was refused: on an MSG endpoint, the access error of its queue
+  // pair (FI_FABQ_EVENT_EP_ACCESS_ERR, which fails the endpoint as verbs fails the QP); on RDM
+  // a warning, since one peer must not bring down an endpoint every other peer shares.
+  void refused_locked(xport::RmaStatus status) FABQ_REQUIRES(mu_);
   Connection* connection() FABQ_EXCLUDES(mu_);
   // Its fabric's (prov/outbox.h): where code under its lock, or in an upcall, queues the
   // asynchronous events it causes; published after each downcall that may have queued some.
@@ -301,6 +352,14 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   Eq* eq_ FABQ_GUARDED_BY(mu_) = nullptr;
   Cq* tx_cq_ FABQ_GUARDED_BY(mu_) = nullptr;
   Cntr* tx_cntr_ FABQ_GUARDED_BY(mu_) = nullptr;
+  // fi_ep_bind with FI_WRITE / FI_READ: this endpoint's writes (and atomics) / reads (and
+  // fetching atomics) complete there. Fixed once enabled.
+  Cntr* write_cntr_ FABQ_GUARDED_BY(mu_) = nullptr;
+  Cntr* read_cntr_ FABQ_GUARDED_BY(mu_) = nullptr;
+  // ... FI_REMOTE_WRITE / FI_REMOTE_READ: peers' accesses to its regions. Fixed once enabled,
+  // read in upcalls without mu_.
+  Cntr* rem_write_cntr_ = nullptr;
+  Cntr* rem_read_cntr_ = nullptr;
   Srx* srx_ FABQ_GUARDED_BY(mu_) = nullptr;
   std::atomic<Cq*> rx_cq_{nullptr};  // set once at bind (release), under mu_
   // What a receive's completion reads (complete_recv), also under an SRX's lock only: set under
@@ -313,6 +372,7 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   const bool source_;      // FI_SOURCE asked for
   const bool source_err_;  // FI_SOURCE_ERR too: unknown senders are error completions
   const bool directed_;    // FI_DIRECTED_RECV asked for (RDM)
+  const uint64_t caps_;    // info->caps
   const std::optional<core::HmacSha256> auth_;
   sockaddr_in rdm_name_ FABQ_GUARDED_BY(mu_){};
   RecvQueue queue_ FABQ_GUARDED_BY(mu_);

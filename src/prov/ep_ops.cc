@@ -19,6 +19,7 @@
 #include "prov/fabric.h"
 #include "prov/noop.h"
 #include "prov/pep.h"
+#include "prov/rma_ops.h"
 #include "prov/srx.h"
 
 namespace fabq::prov {
@@ -231,6 +232,15 @@ struct EpOps {
         if ((flags & FI_RECV) && e->rx_cntr_ == nullptr) {
           c->hold();
           e->rx_cntr_ = c;
+        }
+        for (auto [flag, slot] :
+             {std::pair{FI_WRITE, &e->write_cntr_}, std::pair{FI_READ, &e->read_cntr_},
+              std::pair{FI_REMOTE_WRITE, &e->rem_write_cntr_},
+              std::pair{FI_REMOTE_READ, &e->rem_read_cntr_}}) {
+          if ((flags & flag) && *slot == nullptr) {
+            c->hold();
+            *slot = c;
+          }
         }
         return 0;
       }
@@ -650,6 +660,8 @@ void Endpoint::init_box(void* context) {
   box_.fid.cm = rdm_ ? &EpOps::rdm_cm_ops_ : &EpOps::cm_ops_;
   box_.fid.msg = &EpOps::msg_ops_;
   box_.fid.tagged = &EpOps::tagged_ops_;
+  box_.fid.rma = rma_ops();
+  box_.fid.atomic = atomic_ops();
   box_.owner = this;
 }
 

@@ -31,8 +31,12 @@ namespace {
 // over TCP with messages and tagged messages (prov/endpoint.h), and multi-receive buffers
 // (FI_MULTI_RECV); RDM receives can name their source (FI_SOURCE), report a source not in the
 // AV (FI_SOURCE_ERR) and select messages by source (FI_DIRECTED_RECV).
-constexpr uint64_t kTxCaps = FI_MSG | FI_TAGGED | FI_SEND;
-constexpr uint64_t kRxCaps = FI_MSG | FI_TAGGED | FI_RECV;
+// One-sided operations (fi_rma(3), fi_atomic(3)) on regions of the peer's domain (prov/mr.h);
+// FI_RMA_EVENT (counters of peers' accesses, fi_ep_bind and fi_mr_bind) when asked for.
+constexpr uint64_t kOneSided = FI_RMA | FI_ATOMIC;
+constexpr uint64_t kTxCaps = FI_MSG | FI_TAGGED | FI_SEND | kOneSided | FI_READ | FI_WRITE;
+constexpr uint64_t kRxCaps =
+    FI_MSG | FI_TAGGED | FI_RECV | kOneSided | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_RMA_EVENT;
 constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 constexpr uint64_t kCaps = kTxCaps | kRxCaps | kDomainCaps;
 constexpr uint64_t kRdmOnlyRxCaps = FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV;
@@ -43,7 +47,8 @@ constexpr uint64_t kRdmRxCaps = kRxCaps | FI_MULTI_RECV | kRdmOnlyRxCaps;
 // capability, enabled only when asked for (fi_getinfo(3)): it changes what a receive's
 // src_addr means. FI_SOURCE_ERR turns unknown senders into error completions. FI_MULTI_RECV
 // is reported when asked for (receives take the flag either way).
-constexpr uint64_t kRdmDefaultCaps = kCaps | FI_SOURCE;
+constexpr uint64_t kDefaultCaps = kCaps & ~FI_RMA_EVENT;
+constexpr uint64_t kRdmDefaultCaps = kDefaultCaps | FI_SOURCE;
 // ep_attr->mem_tag_format: fabq matches all 64 tag bits, in whatever fields the application
 // divides them. Reported as libfabric's own providers report "any 64-bit format".
 constexpr uint64_t kMemTagFormat = 0xAAAAAAAAAAAAAAAAULL;
@@ -53,9 +58,14 @@ uint64_t caps_of(fi_ep_type type) {
   return type == FI_EP_RDM ? kRdmCaps : kMsgCaps;
 }
 uint64_t default_caps_of(fi_ep_type type) {
-  return type == FI_EP_RDM ? kRdmDefaultCaps : kCaps;
+  return type == FI_EP_RDM ? kRdmDefaultCaps : kDefaultCaps;
 }
-constexpr uint64_t kMsgOrder = FI_ORDER_SAS;
+// Every request to a peer travels on one connection and the peer acts on each before the next
+// (a write is in memory before a later read reads it), so sends, reads and writes keep their
+// order among each other, at any size.
+constexpr uint64_t kMsgOrder = FI_ORDER_SAS | FI_ORDER_SAR | FI_ORDER_SAW | FI_ORDER_RAS |
+                               FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_WAS | FI_ORDER_WAR |
+                               FI_ORDER_WAW;
 constexpr uint64_t kCompOrder = FI_ORDER_NONE;
 constexpr uint64_t kTxOpFlags =
     FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
@@ -178,7 +188,7 @@ bool tx_ok(const fi_tx_attr* h) {
   return subset(h->caps, kTxCaps | kDomainCaps) && subset(h->op_flags, kTxOpFlags) &&
          subset(h->msg_order, kMsgOrder) && subset(h->comp_order, kCompOrder) &&
          h->inject_size <= xport::kInjectSize && h->size <= kQueueDepth &&
-         h->iov_limit <= kIovLimit && h->rma_iov_limit == 0;
+         h->iov_limit <= kIovLimit && h->rma_iov_limit <= 1;
 }
 
 bool rx_ok(const fi_rx_attr* h) {
@@ -214,8 +224,9 @@ bool ep_ok(const fi_ep_attr* h) {
   return (type == FI_EP_UNSPEC || type == FI_EP_MSG || type == FI_EP_RDM) &&
          (h->protocol == FI_PROTO_UNSPEC || h->protocol == kProtocol) &&
          h->protocol_version <= kProtocolVersion && h->max_msg_size <= kMaxMsgSize &&
-         h->msg_prefix_size == 0 && h->max_order_raw_size == 0 && h->max_order_war_size == 0 &&
-         h->max_order_waw_size == 0 && one_ctx && auth_key_ok(h->auth_key, h->auth_key_size);
+         h->msg_prefix_size == 0 && h->max_order_raw_size <= kMaxMsgSize &&
+         h->max_order_war_size <= kMaxMsgSize && h->max_order_waw_size <= kMaxMsgSize && one_ctx &&
+         auth_key_ok(h->auth_key, h->auth_key_size);
 }
 
 bool domain_ok(const fi_domain_attr* h, const Iface& iface) {
@@ -239,17 +250,25 @@ bool fabric_ok(const fi_fabric_attr* h, const Iface& iface) {
   return h->prov_name == nullptr || strcasecmp(h->prov_name, kProviderName) == 0;
 }
 
-// mr_mode fabq reports: it needs no registration mode bits. Old (< 1.5) callers speak in
-// FI_MR_BASIC / FI_MR_SCALABLE, where "no requirements" is FI_MR_SCALABLE.
+// mr_mode: fabq needs no registration for local buffers, and serves remote access either way
+// (prov/mr.h), so it reports what the application can handle of what changes that: provider
+// keys (FI_MR_PROV_KEY), virtual addresses (FI_MR_VIRT_ADDR), regions bound to an endpoint
+// (FI_MR_ENDPOINT); the first two unless FI_FABQ_MR_PROV_KEY=0 says never. Old (< 1.5) callers
+// speak in FI_MR_BASIC (provider keys at virtual
+// addresses) or FI_MR_SCALABLE (their keys, offsets; the answer when they ask for neither), and
+// FI_MR_BASIC or FI_MR_SCALABLE alone in a newer caller's mr_mode mean the same.
 bool pick_mr_mode(uint32_t version, const fi_info* hints, int* out) {
   const int asked = hints && hints->domain_attr ? hints->domain_attr->mr_mode : 0;
+  if (asked == FI_MR_BASIC || asked == FI_MR_SCALABLE) {
+    *out = asked;
+    return asked == FI_MR_SCALABLE || params().mr_prov_key != 0;
+  }
   if (FI_VERSION_LT(version, FI_VERSION(1, 5))) {
-    if (asked == FI_MR_BASIC) return false;  // would promise basic-mode registration
     *out = FI_MR_SCALABLE;
     return true;
   }
-  if (asked == FI_MR_BASIC) return false;
-  *out = asked == FI_MR_SCALABLE ? FI_MR_SCALABLE : 0;
+  const int offered = params().mr_prov_key != 0 ? FI_MR_PROV_KEY | FI_MR_VIRT_ADDR : 0;
+  *out = asked & (offered | FI_MR_ENDPOINT);
   return true;
 }
 
@@ -280,7 +299,7 @@ fi_info* make_info(uint32_t version, const fi_info* hints, fi_ep_type type, cons
   tx->inject_size = xport::kInjectSize;
   tx->size = kQueueDepth;
   tx->iov_limit = kIovLimit;
-  tx->rma_iov_limit = 0;
+  tx->rma_iov_limit = 1;
 
   fi_rx_attr* rx = info->rx_attr;
   rx->caps = info->caps & kRdmRxCaps;
@@ -298,6 +317,9 @@ fi_info* make_info(uint32_t version, const fi_info* hints, fi_ep_type type, cons
   ep->protocol_version = kProtocolVersion;
   ep->max_msg_size = kMaxMsgSize;
   ep->msg_prefix_size = 0;
+  ep->max_order_raw_size = kMaxMsgSize;
+  ep->max_order_war_size = kMaxMsgSize;
+  ep->max_order_waw_size = kMaxMsgSize;
   const fi_ep_attr* he = hints ? hints->ep_attr : nullptr;
   // An application's own tag format is kept: every format fits in fabq's 64 bits.
   ep->mem_tag_format =

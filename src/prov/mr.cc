@@ -2,7 +2,9 @@
 
 #include <rdma/fi_eq.h>
 
+#include "prov/cntr.h"
 #include "prov/domain.h"
+#include "prov/endpoint.h"
 #include "prov/eq.h"
 #include "prov/fabric.h"
 #include "prov/noop.h"
@@ -16,14 +18,84 @@ constexpr size_t kMrIovLimit = 1;  // domain_attr->mr_iov_limit (getinfo.cc)
 
 }  // namespace
 
+void release_region(Region* r) {
+  if (r->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (r->write_cntr != nullptr) r->write_cntr->release();
+  if (r->read_cntr != nullptr) r->read_cntr->release();
+  delete r;
+}
+
 struct MrOps {
   static int close(fid* f) { return close_object(Mr::from_fid(f)); }
+
+  static int bind(fid* f, fid* bfid, uint64_t flags) {
+    Mr* mr = Mr::from_fid(f);
+    if (mr == nullptr || bfid == nullptr) return -FI_EINVAL;
+    Domain* d = mr->domain_;
+    Region* r = mr->region_;
+    switch (bfid->fclass) {
+      case FI_CLASS_CNTR: {
+        Cntr* c = Cntr::from_fid(bfid);
+        if (c == nullptr || c->parent() != d) return -FI_EINVAL;
+        if (flags == 0 || (flags & ~(FI_REMOTE_WRITE | FI_REMOTE_READ)) != 0) {
+          return -FI_EBADFLAGS;
+        }
+        core::MutexLock lock(d->mr_mu());
+        if (((flags & FI_REMOTE_WRITE) && r->write_cntr != nullptr) ||
+            ((flags & FI_REMOTE_READ) && r->read_cntr != nullptr)) {
+          return -FI_EBUSY;
+        }
+        if (flags & FI_REMOTE_WRITE) {
+          c->hold();
+          r->write_cntr = c;
+        }
+        if (flags & FI_REMOTE_READ) {
+          c->hold();
+          r->read_cntr = c;
+        }
+        return 0;
+      }
+      case FI_CLASS_EP: {
+        Endpoint* ep = Endpoint::from_fid(bfid);
+        if (ep == nullptr || ep->domain() != d) return -FI_EINVAL;
+        if (flags != 0) return -FI_EBADFLAGS;
+        if (!d->mr_endpoint()) return -FI_ENOSYS;
+        core::MutexLock lock(d->mr_mu());
+        if (r->ep != nullptr) return -FI_EBUSY;
+        r->ep = ep;
+        return 0;
+      }
+      default:
+        return -FI_EINVAL;
+    }
+  }
+
+  static int control(fid* f, int command, void* arg) {
+    Mr* mr = Mr::from_fid(f);
+    if (mr == nullptr) return -FI_EINVAL;
+    switch (command) {
+      case FI_ENABLE: {
+        Domain* d = mr->domain_;
+        core::MutexLock lock(d->mr_mu());
+        // FI_MR_ENDPOINT: reachable from now on, through the endpoint it is bound to.
+        if (d->mr_endpoint() && mr->region_->ep == nullptr) return -FI_EOPBADSTATE;
+        mr->region_->enabled = true;
+        mr->box_.fid.key = mr->region_->key;
+        return 0;
+      }
+      case FI_REFRESH:
+        // Host memory does not move under fabq: nothing to refresh.
+        return arg != nullptr ? 0 : -FI_EINVAL;
+      default:
+        return -FI_ENOSYS;
+    }
+  }
 
   static inline fi_ops fi_ops_ = {
       .size = sizeof(fi_ops),
       .close = close,
-      .bind = no_bind,
-      .control = no_control,
+      .bind = bind,
+      .control = control,
       .ops_open = no_ops_open,
       .tostr = no_tostr,
       .ops_set = no_ops_set,
@@ -34,23 +106,24 @@ Mr* Mr::from_fid(const fid* f) {
   return Object::from<Mr, fid_mr>(f, FI_CLASS_MR, &MrOps::fi_ops_);
 }
 
-Mr::Mr(Domain* domain, const fi_mr_attr& attr, void* context)
-    : Object(FI_CLASS_MR, domain), domain_(domain), access_(attr.access) {
+Mr::Mr(Domain* domain, Region* region, void* context)
+    : Object(FI_CLASS_MR, domain), domain_(domain), region_(region) {
   init_fid(&box_.fid.fid, FI_CLASS_MR, context, &MrOps::fi_ops_);
   box_.fid.mem_desc = this;
-  box_.fid.key = attr.requested_key;
+  box_.fid.key = region->enabled ? region->key : FI_KEY_NOTAVAIL;
   box_.owner = this;
 }
 
 Mr::~Mr() {
-  domain_->drop_mr_key(box_.fid.key);
+  domain_->remove_region(region_);
+  release_region(region_);
 }
 
 int mr_regattr(fid* domain_fid, const fi_mr_attr* attr, uint64_t flags, fid_mr** out) {
   if (out != nullptr) *out = nullptr;
   Domain* domain = Domain::from_fid(domain_fid);
   if (domain == nullptr || attr == nullptr || out == nullptr) return -FI_EINVAL;
-  if (flags != 0) return -FI_EBADFLAGS;
+  if ((flags & ~FI_RMA_EVENT) != 0) return -FI_EBADFLAGS;
   // fi_mr_attr grew `iface` in 1.10: an older application's struct ends before it.
   const bool has_iface = !FI_VERSION_LT(domain->fabric()->api_version(), FI_VERSION(1, 10));
   if (has_iface && attr->iface != FI_HMEM_SYSTEM) return -FI_ENOSYS;
@@ -62,10 +135,22 @@ int mr_regattr(fid* domain_fid, const fi_mr_attr* attr, uint64_t flags, fid_mr**
     if (attr->mr_iov[i].iov_base == nullptr && attr->mr_iov[i].iov_len != 0) return -FI_EINVAL;
   }
   if (domain->failed()) return -FI_EOPBADSTATE;
-  if (!domain->claim_mr_key(attr->requested_key)) return -FI_ENOKEY;
-  Mr* mr = make_object<Mr>(domain, *attr, attr->context);
+  auto* region = new (std::nothrow) Region;
+  if (region == nullptr) return -FI_ENOMEM;
+  region->key = attr->requested_key;
+  region->base = static_cast<unsigned char*>(attr->mr_iov[0].iov_base);
+  region->len = attr->mr_iov[0].iov_len;
+  region->access = attr->access;
+  region->first = domain->virt_addr() ? reinterpret_cast<uintptr_t>(region->base) : 0;
+  region->enabled = !domain->mr_endpoint();
+  if (!domain->add_region(region)) {
+    delete region;
+    return domain->prov_key() ? -FI_ENOMEM : -FI_ENOKEY;
+  }
+  Mr* mr = make_object<Mr>(domain, region, attr->context);
   if (mr == nullptr) {
-    domain->drop_mr_key(attr->requested_key);
+    domain->remove_region(region);
+    release_region(region);
     return -FI_ENOMEM;
   }
   // FI_REG_MR: the registration completes on the domain's EQ (fi_domain(3)).

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/atomic_op.h"
 #include "core/sockaddr.h"
 #include "fabq/fi_fabq.h"
 #include "xport/listener.h"
@@ -36,6 +37,18 @@ bool is_data(wire::Op op) {
   return op == wire::Op::kMsg || op == wire::Op::kTagged;
 }
 
+// Frames whose payload the owner places (Owner::place): messages, remote writes, and the
+// answers to this side's reads and atomics.
+bool is_placed(wire::Op op) {
+  return is_data(op) || op == wire::Op::kWrite || op == wire::Op::kReadResp ||
+         op == wire::Op::kAtomicResp;
+}
+
+// Frames whose payload the connection collects whole before acting on it.
+bool is_collected_request(wire::Op op) {
+  return op == wire::Op::kReadReq || op == wire::Op::kAtomic;
+}
+
 }  // namespace
 
 // --- Conn
@@ -49,6 +62,7 @@ Conn::Conn(Engine* engine, Owner* owner, const ConnParams& params, core::UniqueF
       fd_(std::move(fd)),
       framer_(params.max_msg_size),
       rbuf_(new unsigned char[kReadBuffer]),
+      req_buf_(new unsigned char[wire::kAtomicDescSize + 2 * kMaxAtomicBytes]),
       sendq_(kSendRing, nullptr) {
   ctrl_.reserve(4096);
 }
@@ -176,16 +190,30 @@ int Conn::submit(TxOp* op) {
   }
   if (send_count_ == sendq_.size()) return -FI_EAGAIN;  // the transmit ring is no larger
   wire::Header h;
-  h.op = op->tagged ? wire::Op::kTagged : wire::Op::kMsg;
   h.length = static_cast<uint32_t>(op->len);
   h.seq = op->seq;
-  h.tag = op->tag;
-  if (op->has_data) {
-    h.flags |= wire::kRemoteData;
-    h.data = op->data;
+  switch (op->kind) {
+    case TxKind::kSend:
+      h.op = op->tagged ? wire::Op::kTagged : wire::Op::kMsg;
+      h.tag = op->tag;
+      if (op->has_data) {
+        h.flags |= wire::kRemoteData;
+        h.data = op->data;
+      }
+      if (op->level == TxLevel::kTransmit) h.flags |= wire::kWantReceived;
+      if (op->level == TxLevel::kDelivery) h.flags |= wire::kWantDelivered;
+      break;
+    case TxKind::kWrite:
+    case TxKind::kRead:
+    case TxKind::kAtomic:
+      h.op = op->kind == TxKind::kWrite  ? wire::Op::kWrite
+             : op->kind == TxKind::kRead ? wire::Op::kReadReq
+                                         : wire::Op::kAtomic;
+      h.tag = op->key;
+      h.data = op->addr;
+      if (op->kind == TxKind::kWrite && op->has_data) h.flags |= wire::kRemoteData;
+      break;
   }
-  if (op->level == TxLevel::kTransmit) h.flags |= wire::kWantReceived;
-  if (op->level == TxLevel::kDelivery) h.flags |= wire::kWantDelivered;
   wire::encode(h, op->header);
   op->written = 0;
   op->accepted = true;
@@ -266,7 +294,7 @@ bool Conn::flush_locked() {
     const size_t ctrl_end = tx_switch_pending_ ? tx_switch_at_ : ctrl_.size();
     if (with_ctrl) iov[cnt++] = {ctrl_.data() + ctrl_off_, ctrl_end - ctrl_off_};
     const size_t sendable = state() == State::kConnected && !tx_switch_pending_ ? send_count_ : 0;
-    for (size_t i = 0; i < sendable && cnt + 1 + static_cast<int>(kMaxIov) <= kIovBatch; ++i) {
+    for (size_t i = 0; i < sendable && cnt + 1 + static_cast<int>(kMaxTxIov) <= kIovBatch; ++i) {
       TxOp* op = sendq_[(send_head_ + i) % sendq_.size()];
       size_t skip = op->written;
       if (skip < wire::kHeaderSize) {
@@ -436,6 +464,8 @@ void Conn::on_ready(uint32_t events) {
   }
   if (events & EPOLLOUT) {
     if (!flush_locked()) return;
+    // Requests held back while their answers were written (handle_bytes_locked) go on.
+    if (!writing_ && !stalled_ && rpos_ < rlen_ && (events & EPOLLIN) == 0) read_locked();
   }
   if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
     if (stalled_) {
@@ -531,8 +561,16 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
     }
     if (!framer_.in_header() || framer_.frame_done()) {
       const wire::Header& h = framer_.header();
-      if (is_data(h.op) && !have_place_) {
-        if (owner_ == nullptr || !owner_->place(in_, &place_)) {
+      if (is_placed(h.op) && !have_place_) {
+        place_.status = RmaStatus::kOk;
+        place_.bad = false;
+        const bool took = owner_ != nullptr && owner_->place(in_, &place_);
+        if (took && place_.bad) {
+          *used = off;
+          fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "an answer to no request of ours");
+          return false;
+        }
+        if (!took) {
           stalled_ = true;
           update_interest_locked();
           if (owner_ != nullptr && owner_->take_retry()) engine_->schedule(this);
@@ -556,11 +594,18 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
           *used = n;
           return true;
         }
+        if (ctrl_.size() - ctrl_off_ > kCtrlBacklog) {
+          // Answers (read data above all) wait to be written: take no more requests until they
+          // are, so a peer's reads cannot grow what this side holds without bound.
+          *used = off;
+          want_write_locked(true);
+          return false;
+        }
         continue;
       }
       if (off == n) break;
       const size_t take = framer_.take_payload(n - off);
-      if (is_data(h.op)) {
+      if (is_placed(h.op)) {
         // Into the placement, up to its capacity; the rest of a too-long message is dropped.
         const size_t room =
             placed_ < place_.capacity ? std::min(take, place_.capacity - placed_) : 0;
@@ -571,6 +616,8 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
           std::memcpy(dst[j].iov_base, src, dst[j].iov_len);
           src += dst[j].iov_len;
         }
+      } else if (is_collected_request(h.op)) {
+        std::memcpy(req_buf_.get() + placed_, p + off, take);
       } else {
         std::memcpy(cm_buf_ + placed_, p + off, take);
       }
@@ -593,11 +640,21 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "a frame the connection's state forbids");
       return false;
     }
-    if (is_data(h.op)) {
+    if (is_placed(h.op)) {
+      const bool msg = is_data(h.op);
+      in_.kind = msg                           ? InKind::kMsg
+                 : h.op == wire::Op::kWrite    ? InKind::kWrite
+                 : h.op == wire::Op::kReadResp ? InKind::kReadResp
+                                               : InKind::kAtomicResp;
       in_.tagged = h.op == wire::Op::kTagged;
-      in_.tag = h.tag;
+      in_.tag = msg ? h.tag : 0;
       in_.has_data = (h.flags & wire::kRemoteData) != 0;
-      in_.data = h.data;
+      in_.data = msg ? h.data : 0;
+      in_.key = msg ? 0 : h.tag;
+      in_.addr = h.op == wire::Op::kWrite ? h.data : 0;
+      in_.status = h.op == wire::Op::kReadResp || h.op == wire::Op::kAtomicResp
+                       ? static_cast<RmaStatus>(h.data)
+                       : RmaStatus::kOk;
       in_.len = h.length;
       in_.seq = h.seq;
       in_.from = peer_name_;
@@ -632,6 +689,24 @@ bool Conn::frame_done_locked() {
       if (in_.ack != AckWanted::kNone) return flush_locked();
       return true;
     }
+    case wire::Op::kWrite:
+      owner_->placed(in_, &place_);
+      queue_ctrl_locked(wire::Op::kRmaAck, in_.seq, nullptr, 0, 0, 0,
+                        static_cast<uint64_t>(place_.status));
+      return flush_locked();
+    case wire::Op::kReadResp:
+    case wire::Op::kAtomicResp:
+      owner_->placed(in_, &place_);
+      return true;
+    case wire::Op::kReadReq:
+    case wire::Op::kAtomic:
+      return answer_request_locked(h);
+    case wire::Op::kRmaAck:
+      if (!owner_->rma_acked(this, h.seq, static_cast<RmaStatus>(h.data))) {
+        fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "an answer to no write of ours");
+        return false;
+      }
+      return true;
     case wire::Op::kAckReceived:
     case wire::Op::kAckDelivered:
       if (!owner_->tx_acked(this, h.seq, h.op == wire::Op::kAckDelivered)) {
@@ -642,6 +717,54 @@ bool Conn::frame_done_locked() {
     default:
       return handshake_frame_locked(h);
   }
+}
+
+// kReadReq, kAtomic: the owner checks and performs the access, and the answer (with the bytes
+// read, or the previous values) is queued among the control frames.
+bool Conn::answer_request_locked(const wire::Header& h) {
+  RemoteAccess a{.key = h.tag, .addr = h.data, .via = this};
+  wire::Op reply = wire::Op::kReadResp;
+  size_t out_len = 0;
+  if (h.op == wire::Op::kReadReq) {
+    a.len = static_cast<size_t>(wire::get_u64(req_buf_.get()));
+    out_len = a.len;
+  } else {
+    reply = wire::Op::kAtomicResp;
+    wire::AtomicDesc d;
+    const size_t size =
+        wire::decode_atomic(req_buf_.get(), &d) ? core::atomic_datatype_size(d.datatype) : 0;
+    const size_t operands = d.kind == AtomicKind::kCompare ? 2 : 1;
+    if (size == 0 || d.count == 0 || d.count > kMaxAtomicBytes / size ||
+        h.length != wire::kAtomicDescSize + operands * d.count * size) {
+      fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR,
+                  "an atomic whose length is not its operands'");
+      return false;
+    }
+    a.atomic = true;
+    a.op = d.op;
+    a.datatype = d.datatype;
+    a.kind = d.kind;
+    a.count = d.count;
+    a.len = d.count * size;
+    a.operand = req_buf_.get() + wire::kAtomicDescSize;
+    if (d.kind == AtomicKind::kCompare) a.compare = req_buf_.get() + wire::kAtomicDescSize + a.len;
+    out_len = d.kind == AtomicKind::kPlain ? 0 : a.len;
+  }
+  const size_t at = ctrl_.size();
+  RmaStatus status = RmaStatus::kOutOfBounds;  // a read longer than any message
+  if (a.len <= params_.max_msg_size) {
+    ctrl_.resize(at + wire::kHeaderSize + out_len);
+    status = owner_->remote_access(a, ctrl_.data() + at + wire::kHeaderSize);
+  }
+  if (status != RmaStatus::kOk) out_len = 0;
+  ctrl_.resize(at + wire::kHeaderSize + out_len);
+  wire::Header r;
+  r.op = reply;
+  r.seq = h.seq;
+  r.length = static_cast<uint32_t>(out_len);
+  r.data = static_cast<uint64_t>(status);
+  wire::encode(r, ctrl_.data() + at);
+  return flush_locked();
 }
 
 void Conn::peer_closed_locked() {

@@ -108,6 +108,9 @@ class Conn final : public Connection, public Pollable {
   bool frame_done_locked() FABQ_REQUIRES(mu_);
   // Does what the Handshake says about a whole frame of the handshake (or kShutdown).
   bool handshake_frame_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
+  // A whole kReadReq or kAtomic (its payload in req_buf_): the owner performs it, the answer is
+  // queued.
+  bool answer_request_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   void queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len,
                          uint32_t flags = 0, uint64_t tag = 0, uint64_t hdata = 0)
       FABQ_REQUIRES(mu_);
@@ -170,6 +173,8 @@ class Conn final : public Connection, public Pollable {
       FABQ_GUARDED_BY(mu_){};  // RDM inbound: the name the peer endpoint announced
   wire::Framer framer_ FABQ_GUARDED_BY(mu_);
   std::unique_ptr<unsigned char[]> rbuf_;
+  // The payload of the kReadReq or kAtomic being read (written under mu_).
+  std::unique_ptr<unsigned char[]> req_buf_;
   size_t rpos_ FABQ_GUARDED_BY(mu_) = 0;
   size_t rlen_ FABQ_GUARDED_BY(mu_) = 0;
   // The frame being read.

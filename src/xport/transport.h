@@ -32,6 +32,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "core/atomic_op.h"
 #include "core/fault_spec.h"
 #include "core/hmac.h"
 
@@ -39,6 +40,11 @@ namespace fabq::xport {
 
 inline constexpr size_t kMaxIov = 4;       // tx_attr/rx_attr iov_limit
 inline constexpr size_t kInjectSize = 64;  // tx_attr inject_size
+// A one-sided request's buffers: its prefix (CQ data, a read's length, an atomic's description),
+// then up to kMaxIov operand buffers and kMaxIov compare buffers.
+inline constexpr size_t kMaxTxIov = 2 * kMaxIov + 1;
+// Operand bytes of one atomic (count * datatype size), each of operands and compare values.
+inline constexpr size_t kMaxAtomicBytes = 4096;
 
 class Connection;
 
@@ -73,6 +79,29 @@ struct ConnParams {
 
 // --- Sends
 
+// What a TxOp asks of the peer.
+enum class TxKind : uint8_t {
+  kSend,    // a message (fi_msg(3), fi_tagged(3))
+  kWrite,   // fi_write & co.: iov into the peer's region; completes on the peer's kRmaAck
+  kRead,    // fi_read & co.: the peer's region into `result`
+  kAtomic,  // fi_atomic & co.: executed on the peer's region; fetch forms fill `result`
+};
+
+// The forms of fi_atomic(3) (fi_atomic, fi_fetch_atomic, fi_compare_atomic).
+using AtomicKind = core::AtomicKind;
+
+// The target's answer to a one-sided request (the wire's Status): kOk, or why it touched no
+// memory. The initiator's error completion reports it as prov_errno (fi_fabq.h).
+enum class RmaStatus : uint8_t {
+  kOk = 0,
+  kBadKey = 1,        // no region of the target's domain has that key (or it was closed)
+  kOutOfBounds = 2,   // the range is not inside the region
+  kNotGranted = 3,    // the region, or the target endpoint, does not allow that access
+  kBadAtomic = 4,     // an operation or datatype the target does not perform
+  kTargetFailed = 5,  // the target endpoint is in its error state or closing
+};
+inline constexpr uint8_t kLastRmaStatus = static_cast<uint8_t>(RmaStatus::kTargetFailed);
+
 // When a send completes (fi_cq(3) COMPLETION EVENT SEMANTICS).
 enum class TxLevel : uint8_t {
   kInject,    // the data has left the application's buffer (fabq's default)
@@ -84,6 +113,7 @@ enum class TxLevel : uint8_t {
 // holds a pointer from submit() until it reports the send written, lost or aborted.
 struct TxOp {
   // Written by the owner before submit():
+  TxKind kind = TxKind::kSend;
   void* context = nullptr;
   uint64_t cq_flags = 0;  // FI_SEND | FI_MSG or FI_TAGGED, for the completion
   bool tagged = false;
@@ -93,11 +123,22 @@ struct TxOp {
   uint64_t tag = 0;
   uint64_t data = 0;
   uint32_t seq = 0;
-  size_t len = 0;
+  size_t len = 0;  // the frame's payload: the sum of iov's lengths
   size_t iov_count = 0;
-  iovec iov[kMaxIov] = {};
+  iovec iov[kMaxTxIov] = {};
   Connection* conn = nullptr;  // the connection it is submitted to (an RDM endpoint has many)
   unsigned char inject[kInjectSize] = {};  // fi_inject / FI_INJECT: the data, copied
+  // One-sided (kWrite, kRead, kAtomic): the peer's region and the address in it. A kWrite with
+  // has_data, a kRead and a kAtomic begin their iov with `prefix` (the CQ data, the length to
+  // read, the atomic's description), which the owner fills with the helpers below.
+  uint64_t key = 0;
+  uint64_t addr = 0;
+  unsigned char prefix[8] = {};
+  // kRead, and kAtomic's fetch and compare forms: where the answer's bytes go (result_len of
+  // them, which is what the peer must send).
+  iovec result[kMaxIov] = {};
+  size_t result_count = 0;
+  size_t result_len = 0;
   // Owned by the transport while submitted:
   bool accepted = false;  // the connection took it (set under its lock in submit())
   unsigned char header[32] = {};
@@ -109,8 +150,23 @@ struct TxOp {
 // Which acknowledgement a sender asked for.
 enum class AckWanted : uint8_t { kNone, kReceived, kDelivered };
 
+// Writes the 8 prefix bytes of a one-sided TxOp: the CQ data of a kWrite, the length of a kRead.
+void put_prefix_u64(TxOp* op, uint64_t v);
+// ... the description of a kAtomic.
+void put_prefix_atomic(TxOp* op, uint8_t fi_op, uint8_t datatype, AtomicKind kind, uint32_t count);
+
+// What an arriving frame whose payload the owner places is.
+enum class InKind : uint8_t {
+  kMsg,         // a message for a receive
+  kWrite,       // a remote write into the owner's region (key, addr); with has_data, the first
+                // 8 payload bytes are its CQ data
+  kReadResp,    // the answer to the owner's kRead `seq`
+  kAtomicResp,  // the answer to the owner's kAtomic `seq`
+};
+
 // A message arriving on a connection, as its header describes it.
 struct Incoming {
+  InKind kind = InKind::kMsg;
   bool tagged = false;
   bool has_data = false;
   AckWanted ack = AckWanted::kNone;
@@ -123,6 +179,26 @@ struct Incoming {
   sockaddr_in from{};
   // RDM: the connection it arrived on, for its delivery acknowledgement.
   Connection* via = nullptr;
+  // kWrite: the region and address it targets. kReadResp, kAtomicResp: the target's answer.
+  uint64_t key = 0;
+  uint64_t addr = 0;
+  RmaStatus status = RmaStatus::kOk;
+};
+
+// A remote read or atomic for the owner's memory (kReadReq, kAtomic), handed over whole.
+struct RemoteAccess {
+  uint64_t key = 0;
+  uint64_t addr = 0;
+  size_t len = 0;  // bytes of the region it touches
+  Connection* via = nullptr;
+  // kAtomic only:
+  bool atomic = false;
+  uint8_t op = 0;
+  uint8_t datatype = 0;
+  AtomicKind kind = AtomicKind::kPlain;
+  uint32_t count = 0;
+  const void* operand = nullptr;  // count values
+  const void* compare = nullptr;  // kCompare: count values
 };
 
 // Where the owner wants an arriving message's payload: up to `capacity` bytes into `iov`; the
@@ -133,7 +209,12 @@ struct Placement {
   iovec iov[kMaxIov + 1] = {};
   size_t iov_count = 0;
   size_t capacity = 0;
-  static constexpr size_t kRecordSize = 192;
+  // kWrite: what the target answers (set in place() or placed()).
+  RmaStatus status = RmaStatus::kOk;
+  // kReadResp, kAtomicResp: the answer names no request awaiting it, or has the wrong length.
+  // The connection fails (a protocol violation).
+  bool bad = false;
+  static constexpr size_t kRecordSize = 256;
   alignas(std::max_align_t) unsigned char record[kRecordSize] = {};
 
   // The record as the owner's type T: an implicit-lifetime type (trivially copyable, no larger
@@ -154,7 +235,8 @@ class Owner {
  public:
   // Where `in`'s payload goes. False: no room now (the connection stalls until resume()).
   virtual bool place(const Incoming& in, Placement* p) = 0;
-  // `in`'s payload has arrived whole. True: send the delivery acknowledgement now.
+  // `in`'s payload has arrived whole. True: send the delivery acknowledgement now. A kWrite is
+  // answered with p->status whatever this returns.
   virtual bool placed(const Incoming& in, Placement* p) = 0;
   // The connection ended (or was destroyed) inside the message `p` was placing: its receive
   // goes back as if the message had never come.
@@ -169,6 +251,13 @@ class Owner {
   // transport's acknowledgement of the request) until `c` stops being open; `c` stays valid
   // at least until can_free(c) returns true.
   virtual void inbound_ready(Connection* c, const sockaddr_in& name) = 0;
+  // A remote read (kReadReq): copies the access's len bytes into `out` and returns kOk, or
+  // returns why not and copies nothing. A remote atomic (kAtomic): performs it, writing the
+  // previous values into `out` (count * datatype size bytes) for the fetch and compare forms.
+  virtual RmaStatus remote_access(const RemoteAccess& a, void* out) = 0;
+  // The peer answered kWrite `seq` of `c` with `status`. False for a number that names no write
+  // awaiting it (a protocol violation: the connection fails).
+  virtual bool rma_acked(const Connection* c, uint32_t seq, RmaStatus status) = 0;
   // A send is written whole to the kernel.
   virtual void tx_written(TxOp* op) = 0;
   // A send the connection will not carry (an injected net=drop fault): it completes as if the

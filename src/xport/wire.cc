@@ -36,9 +36,27 @@ size_t length_limit(const Header& h, size_t max_payload) {
       return kChallengeSize;
     case Op::kProof:
       return kProofSize;
+    case Op::kWrite:
+      return max_payload + ((h.flags & kRemoteData) != 0 ? 8 : 0);
+    case Op::kReadReq:
+      return kReadReqSize;
+    case Op::kReadResp:
+      return max_payload;
+    case Op::kAtomic:
+      return kAtomicDescSize + 2 * kMaxAtomicBytes;
+    case Op::kAtomicResp:
+      return kMaxAtomicBytes;
     default:
       return 0;
   }
+}
+
+bool is_request(Op op) {
+  return op == Op::kWrite || op == Op::kReadReq || op == Op::kAtomic;
+}
+
+bool is_response(Op op) {
+  return op == Op::kReadResp || op == Op::kRmaAck || op == Op::kAtomicResp;
 }
 
 }  // namespace
@@ -59,6 +77,8 @@ const char* violation_str(Violation v) {
       return "length beyond the receiver's limit";
     case Violation::kUnusedField:
       return "a field the opcode does not use is set";
+    case Violation::kBadStatus:
+      return "a response with an unknown status, or a payload with a refusal";
   }
   return "unknown violation";
 }
@@ -78,7 +98,7 @@ Violation decode(const unsigned char* in, size_t max_payload, Header* out) {
   if (get<uint16_t>(in) != kMagic) return Violation::kBadMagic;
   if (in[2] != kVersion) return Violation::kBadVersion;
   const uint8_t op = in[3];
-  if (op < static_cast<uint8_t>(Op::kConnReq) || op > static_cast<uint8_t>(Op::kProof)) {
+  if (op < static_cast<uint8_t>(Op::kConnReq) || op > static_cast<uint8_t>(kLastOp)) {
     return Violation::kUnknownOp;
   }
   Header h;
@@ -92,16 +112,53 @@ Violation decode(const unsigned char* in, size_t max_payload, Header* out) {
   if (is_data(h.op)) allowed = kDataFlags;
   if (h.op == Op::kConnReq) allowed = kShmOffer | kAuth;
   if (h.op == Op::kConnAccept) allowed = kShmAccept;
+  if (h.op == Op::kWrite) allowed = kRemoteData;
   if ((h.flags & ~allowed) != 0) return Violation::kBadFlags;
   if (h.length > length_limit(h, max_payload)) return Violation::kTooLong;
-  // A shared-memory offer names its segment in `tag` and proves it with `data`.
+  if (h.op == Op::kReadReq && h.length != kReadReqSize) return Violation::kTooLong;
+  if (h.op == Op::kAtomic && h.length < kAtomicDescSize) return Violation::kTooLong;
+  // A shared-memory offer names its segment in `tag` and proves it with `data`; a one-sided
+  // request names its region and address there, and a response its Status in `data`.
   const bool offer = (h.flags & kShmOffer) != 0;
-  if (h.tag != 0 && h.op != Op::kTagged && !offer) return Violation::kUnusedField;
-  if (h.data != 0 && (h.flags & kRemoteData) == 0 && !offer) return Violation::kUnusedField;
-  const bool numbered = is_data(h.op) || h.op == Op::kAckReceived || h.op == Op::kAckDelivered;
+  const bool request = is_request(h.op);
+  const bool response = is_response(h.op);
+  if (h.tag != 0 && h.op != Op::kTagged && !offer && !request) return Violation::kUnusedField;
+  if (h.data != 0 && (h.flags & kRemoteData) == 0 && !offer && !request && !response) {
+    return Violation::kUnusedField;
+  }
+  if (response && (h.data > kLastRmaStatus || (h.data != 0 && h.length != 0))) {
+    return Violation::kBadStatus;
+  }
+  const bool numbered =
+      is_data(h.op) || h.op == Op::kAckReceived || h.op == Op::kAckDelivered || request || response;
   if (h.seq != 0 && !numbered) return Violation::kUnusedField;
   *out = h;
   return Violation::kNone;
+}
+
+void put_u64(unsigned char* out, uint64_t v) {
+  put<uint64_t>(out, v);
+}
+
+uint64_t get_u64(const unsigned char* in) {
+  return get<uint64_t>(in);
+}
+
+void encode_atomic(const AtomicDesc& d, unsigned char* out) {
+  out[0] = d.op;
+  out[1] = d.datatype;
+  out[2] = static_cast<unsigned char>(d.kind);
+  out[3] = 0;
+  put<uint32_t>(out + 4, d.count);
+}
+
+bool decode_atomic(const unsigned char* in, AtomicDesc* out) {
+  if (in[2] > static_cast<uint8_t>(AtomicKind::kCompare) || in[3] != 0) return false;
+  out->op = in[0];
+  out->datatype = in[1];
+  out->kind = static_cast<AtomicKind>(in[2]);
+  out->count = get<uint32_t>(in + 4);
+  return true;
 }
 
 void Framer::next_frame() {
@@ -135,3 +192,16 @@ size_t Framer::take_payload(size_t n) {
 }
 
 }  // namespace fabq::xport::wire
+
+namespace fabq::xport {
+
+void put_prefix_u64(TxOp* op, uint64_t v) {
+  wire::put_u64(op->prefix, v);
+}
+
+void put_prefix_atomic(TxOp* op, uint8_t fi_op, uint8_t datatype, AtomicKind kind, uint32_t count) {
+  wire::encode_atomic({.op = fi_op, .datatype = datatype, .kind = kind, .count = count},
+                      op->prefix);
+}
+
+}  // namespace fabq::xport

@@ -13,6 +13,19 @@
 //       16     8  tag      tagged messages only; 0 otherwise
 //       24     8  data     remote CQ data when kRemoteData is set; 0 otherwise
 //
+// One-sided operations (fi_rma(3), fi_atomic(3)) name the target's region with its key in `tag`
+// and the address in it in `data` (a virtual address or an offset, as the region was
+// registered); every request is answered with its `seq`, `data` then holding a Status:
+//
+//   kWrite     payload: [8 bytes of remote CQ data, kRemoteData only] + the bytes to write
+//              -> kRmaAck once they are in the target's memory (or refused)
+//   kReadReq   payload: 8 bytes, the length to read      -> kReadResp with the bytes
+//   kAtomic    payload: AtomicDesc (8 bytes) + count operands [+ count compare values]
+//              -> kAtomicResp with the previous values (fetch and compare forms)
+//
+// The target checks every request against its registered regions before it touches memory; a
+// refused one is answered with its Status and no payload, and the connection goes on.
+//
 // The connection protocol: the active side sends kConnReq (payload: the application's
 // connect data); the passive side answers kConnAccept or kConnReject (payload: accept or reject
 // data); the active side confirms an accept with kConnReady, after which both sides are
@@ -48,6 +61,7 @@
 #include <cstdint>
 
 #include "core/cm_data.h"
+#include "xport/transport.h"
 
 namespace fabq::xport::wire {
 
@@ -73,10 +87,35 @@ enum class Op : uint8_t {
   kShutdown = 9,      // no payload: the sender has closed its side
   kChallenge = 10,    // payload: exactly kChallengeSize (Ns, MAC_s)
   kProof = 11,        // payload: exactly kProofSize (MAC_c)
+  kWrite = 12,        // payload: [CQ data] + bytes for region `tag` at `data`
+  kReadReq = 13,      // payload: exactly kReadReqSize (the length) from region `tag` at `data`
+  kReadResp = 14,     // payload: the bytes read (none when `data`, the Status, is not kOk)
+  kRmaAck = 15,       // no payload: kWrite `seq` is done; `data` is its Status
+  kAtomic = 16,       // payload: AtomicDesc + operands for region `tag` at `data`
+  kAtomicResp = 17,   // payload: the previous values (fetch and compare forms, kOk only)
 };
+inline constexpr Op kLastOp = Op::kAtomicResp;
 
-// Flags: kMsg and kTagged allow the data flags, kConnReq kShmOffer and kAuth, kConnAccept
-// kShmAccept; other ops allow none.
+// `data` of kRmaAck, kReadResp and kAtomicResp is an RmaStatus (xport/transport.h).
+inline constexpr size_t kReadReqSize = 8;
+// An atomic's description, the first 8 bytes of kAtomic's payload: op (fi_op), datatype
+// (fi_datatype), kind (AtomicKind), a zero byte, count (u32).
+inline constexpr size_t kAtomicDescSize = 8;
+// The operand bytes of one atomic (count * datatype size) are at most kMaxAtomicBytes.
+struct AtomicDesc {
+  uint8_t op = 0;
+  uint8_t datatype = 0;
+  AtomicKind kind = AtomicKind::kPlain;
+  uint32_t count = 0;
+};
+void encode_atomic(const AtomicDesc& d, unsigned char* out);
+// False for a kind byte out of range or a nonzero reserved byte.
+bool decode_atomic(const unsigned char* in, AtomicDesc* out);
+void put_u64(unsigned char* out, uint64_t v);
+uint64_t get_u64(const unsigned char* in);
+
+// Flags: kMsg and kTagged allow the data flags, kWrite kRemoteData, kConnReq kShmOffer and
+// kAuth, kConnAccept kShmAccept; other ops allow none.
 enum Flag : uint32_t {
   kRemoteData = 1u << 0,     // `data` is FI_REMOTE_CQ_DATA for the receiver's completion
   kWantReceived = 1u << 1,   // the sender waits for kAckReceived (FI_TRANSMIT_COMPLETE)
@@ -104,7 +143,8 @@ enum class Violation : uint8_t {
   kUnknownOp,
   kBadFlags,     // a flag the op does not allow
   kTooLong,      // length above the limit of the op (core::kCmDataSize, max_payload, the fixed size
-                 // of kChallenge and kProof, or 0)
+                 // of kChallenge, kProof and kReadReq, the atomic limit, or 0)
+  kBadStatus,    // a response whose Status is unknown, or kOk-less with a payload
   kUnusedField,  // tag, data or seq nonzero where the op does not use it
 };
 const char* violation_str(Violation v);
@@ -113,7 +153,8 @@ const char* violation_str(Violation v);
 void encode(const Header& h, unsigned char* out);
 
 // Reads and validates the header at in[0..kHeaderSize). `max_payload` bounds the length of
-// kMsg and kTagged. kNone and *out filled, or the first violation found and *out untouched.
+// kMsg, kTagged, kReadResp and kWrite (plus its CQ data). kNone and *out filled, or the first
+// violation found and *out untouched.
 Violation decode(const unsigned char* in, size_t max_payload, Header* out);
 
 // Splits one connection's stream into frames, incrementally: the transport hands it whatever

@@ -378,7 +378,8 @@ void expect_enodata(const fi_info* hints, const char* what, const char* node = n
 }
 
 TEST(Getinfo, UnsupportedCapsGiveEnodata) {
-  for (uint64_t cap : {FI_RMA, FI_ATOMIC, FI_MSG | FI_RMA, FI_READ | FI_MSG, FI_TAGGED | FI_RMA}) {
+  for (uint64_t cap : {FI_TRIGGER, FI_MULTICAST, FI_MSG | FI_TRIGGER, FI_HMEM | FI_MSG,
+                       FI_TAGGED | FI_NAMED_RX_CTX}) {
     auto hints = fabq_only_hints();
     hints->caps = cap;
     expect_enodata(hints.get(), ("caps " + std::to_string(cap)).c_str());
@@ -697,13 +698,13 @@ TEST(Getinfo, AnAuthKeyAboveTheLimitOrWithoutBytesGivesEnodata) {
 TEST(Getinfo, UnsupportedOrderingGivesEnodata) {
   {
     auto hints = fabq_only_hints();
-    hints->tx_attr->msg_order = FI_ORDER_RAW;
-    expect_enodata(hints.get(), "tx_attr->msg_order FI_ORDER_RAW");
+    hints->tx_attr->msg_order = FI_ORDER_DATA;
+    expect_enodata(hints.get(), "tx_attr->msg_order FI_ORDER_DATA");
   }
   {
     auto hints = fabq_only_hints();
-    hints->rx_attr->msg_order = FI_ORDER_SAS | FI_ORDER_WAW;
-    expect_enodata(hints.get(), "rx_attr->msg_order SAS|WAW");
+    hints->rx_attr->msg_order = FI_ORDER_SAS | FI_ORDER_ATOMIC_WAW;
+    expect_enodata(hints.get(), "rx_attr->msg_order SAS|ATOMIC_WAW");
   }
   {
     auto hints = fabq_only_hints();
@@ -722,12 +723,32 @@ TEST(Getinfo, SupportedOrderingIsReported) {
   EXPECT_NE(info->rx_attr->msg_order & FI_ORDER_SAS, 0u);
 }
 
-TEST(Getinfo, MrModeBitsTheApplicationSupportsAreNotRequired) {
+TEST(Getinfo, OfTheMrModeBitsTheApplicationSupportsOnlyKeysAddressesAndEndpointsAreReported) {
   auto hints = lo_hints();
-  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+                                FI_MR_ENDPOINT | FI_MR_RAW | FI_MR_HMEM;
   auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
   ASSERT_EQ(rc, 0) << fi_strerror(-rc);
-  EXPECT_EQ(info->domain_attr->mr_mode, 0) << "fabq needs no mr_mode bits";
+  EXPECT_EQ(info->domain_attr->mr_mode, FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
+      << "local buffers need no registration; remote access serves either way";
+  hints->domain_attr->mr_mode = 0;
+  auto [rc0, plain] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc0, 0);
+  EXPECT_EQ(plain->domain_attr->mr_mode, 0) << "the application's keys, offsets into regions";
+}
+
+TEST(Getinfo, OldCallersGetTheBasicOrScalableModeTheyAskFor) {
+  for (int mode : {FI_MR_BASIC, FI_MR_SCALABLE}) {
+    auto hints = lo_hints();
+    hints->domain_attr->mr_mode = mode;
+    auto [rc, info] = getinfo(FI_VERSION(1, 4), nullptr, nullptr, 0, hints.get());
+    ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+    EXPECT_EQ(info->domain_attr->mr_mode, mode);
+  }
+  auto hints = lo_hints();
+  auto [rc, info] = getinfo(FI_VERSION(1, 4), nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(info->domain_attr->mr_mode, FI_MR_SCALABLE) << "no requirement, in the old words";
 }
 
 TEST(Getinfo, ModeIsZero) {

@@ -59,7 +59,8 @@ TEST_F(Mr, BadArgumentsAreRefusedAndRegisterNothing) {
   EXPECT_EQ(fi_mr_reg(domain_, nullptr, 16, FI_SEND, 0, 1, 0, &mr, nullptr), -FI_EINVAL);
   EXPECT_EQ(fi_mr_reg(domain_, buf_, 16, FI_SEND, 0, 1, 0, nullptr, nullptr), -FI_EINVAL);
   EXPECT_EQ(fi_mr_reg(domain_, buf_, 16, 1ULL << 60, 0, 1, 0, &mr, nullptr), -FI_EINVAL);
-  EXPECT_EQ(fi_mr_reg(domain_, buf_, 16, FI_SEND, 0, 1, FI_RMA_EVENT, &mr, nullptr), -FI_EBADFLAGS);
+  EXPECT_EQ(fi_mr_reg(domain_, buf_, 16, FI_SEND, 0, 1, FI_MULTI_RECV, &mr, nullptr),
+            -FI_EBADFLAGS);
   iovec two[2] = {{buf_, 8}, {buf_ + 8, 8}};
   EXPECT_EQ(fi_mr_regv(domain_, two, 2, FI_SEND, 0, 1, 0, &mr, nullptr), -FI_EINVAL)
       << "more buffers than mr_iov_limit";

@@ -120,10 +120,27 @@ class FakeOwner final : public Owner {
     can_free_ = on;
   }
 
+  // One-sided requests from the peer reach this region only (key, first byte, length), at
+  // offsets: remote_access() and writes are checked against it as an endpoint checks its regions.
+  void set_region(uint64_t key, unsigned char* base, size_t len) {
+    std::lock_guard lock(mu_);
+    region_ = {key, base, len};
+  }
+  // Answers to this side's one-sided ops, in order: (seq, status).
+  std::vector<std::pair<uint32_t, RmaStatus>> answers() const {
+    std::lock_guard lock(mu_);
+    return answers_;
+  }
+
   // Submits `op` to `c`, first noting the acknowledgement it waits for (if any): tx_acked()
   // takes exactly the acknowledgements of sends submitted and not yet acknowledged.
   int submit(Connection* c, TxOp* op) {
     op->conn = c;
+    if (op->kind != TxKind::kSend) {
+      std::lock_guard lock(mu_);
+      one_sided_[{c, op->seq}] = op;
+      return c->submit(op);
+    }
     const bool acked = op->level != TxLevel::kInject;
     if (acked) {
       std::lock_guard lock(mu_);
@@ -232,6 +249,34 @@ class FakeOwner final : public Owner {
 
   bool place(const Incoming& in, Placement* p) override {
     std::lock_guard lock(mu_);
+    if (in.kind == InKind::kWrite) {
+      const size_t prefix = in.has_data ? 8 : 0;
+      p->as<Record>() = {kRecordMagic, 0};
+      p->iov_count = 0;
+      p->capacity = 0;
+      p->status = check_locked(in.key, in.addr, in.len - prefix);
+      if (p->status == RmaStatus::kOk) {
+        p->iov[p->iov_count++] = {region_.base + in.addr, in.len - prefix};
+        p->capacity = in.len - prefix;
+      }
+      journal_.push_back("write " + std::to_string(in.seq));
+      return true;
+    }
+    if (in.kind != InKind::kMsg) {
+      auto it = one_sided_.find({in.via, in.seq});
+      const size_t want =
+          it == one_sided_.end() || in.status != RmaStatus::kOk ? 0 : it->second->result_len;
+      if (it == one_sided_.end() || in.len != want) {
+        p->bad = true;
+        return true;
+      }
+      TxOp* op = it->second;
+      for (size_t i = 0; i < op->result_count; ++i) p->iov[i] = op->result[i];
+      p->iov_count = op->result_count;
+      p->capacity = in.len;
+      p->as<Record>() = {kRecordMagic, 0};
+      return true;
+    }
     if (!accepting_) {
       ++refused_;
       journal_.push_back("refused " + std::to_string(in.seq));
@@ -263,6 +308,16 @@ class FakeOwner final : public Owner {
 
   bool placed(const Incoming& in, Placement* p) override {
     std::lock_guard lock(mu_);
+    if (in.kind == InKind::kWrite) {
+      journal_.push_back("wrote " + std::to_string(in.seq));
+      return false;
+    }
+    if (in.kind != InKind::kMsg) {
+      one_sided_.erase({in.via, in.seq});
+      answers_.emplace_back(in.seq, in.status);
+      journal_.push_back("answer " + std::to_string(in.seq));
+      return false;
+    }
     const Record r = p->as<Record>();
     auto it = in_flight_.find(r.id);
     if (r.magic != kRecordMagic || it == in_flight_.end()) {
@@ -298,6 +353,32 @@ class FakeOwner final : public Owner {
     }
     ++unplaced_;
     journal_.push_back("unplace");
+  }
+
+  RmaStatus remote_access(const RemoteAccess& a, void* out) override {
+    std::lock_guard lock(mu_);
+    journal_.push_back(a.atomic ? "atomic" : "read");
+    const RmaStatus s = check_locked(a.key, a.addr, a.len);
+    if (s != RmaStatus::kOk) return s;
+    if (!a.atomic) {
+      std::memcpy(out, region_.base + a.addr, a.len);
+    } else if (!core::atomic_valid(a.kind, a.op, a.datatype)) {
+      return RmaStatus::kBadAtomic;
+    } else {
+      core::atomic_apply(a.kind, a.op, a.datatype, region_.base + a.addr, a.operand, a.compare, out,
+                         a.count);
+    }
+    return RmaStatus::kOk;
+  }
+
+  bool rma_acked(const Connection* c, uint32_t seq, RmaStatus status) override {
+    std::lock_guard lock(mu_);
+    journal_.push_back("rma-acked " + std::to_string(seq));
+    auto it = one_sided_.find({c, seq});
+    if (it == one_sided_.end() || it->second->kind != TxKind::kWrite) return false;
+    one_sided_.erase(it);
+    answers_.emplace_back(seq, status);
+    return true;
   }
 
   bool take_retry() override {
@@ -382,7 +463,21 @@ class FakeOwner final : public Owner {
     std::vector<unsigned char> buf;  // capacity bytes, then the guard
   };
 
+  RmaStatus check_locked(uint64_t key, uint64_t addr, size_t len) const {
+    if (region_.base == nullptr || key != region_.key) return RmaStatus::kBadKey;
+    if (addr > region_.len || len > region_.len - addr) return RmaStatus::kOutOfBounds;
+    return RmaStatus::kOk;
+  }
+  struct Region {
+    uint64_t key = 0;
+    unsigned char* base = nullptr;
+    size_t len = 0;
+  };
+
   mutable std::mutex mu_;
+  Region region_;
+  std::map<std::pair<const Connection*, uint32_t>, TxOp*> one_sided_;
+  std::vector<std::pair<uint32_t, RmaStatus>> answers_;
   bool accepting_ = true;
   bool take_retry_ = false;
   size_t capacity_ = SIZE_MAX;
@@ -444,7 +539,21 @@ class FakePassiveOwner final : public PassiveOwner {
   }
 
  private:
+  RmaStatus check_locked(uint64_t key, uint64_t addr, size_t len) const {
+    if (region_.base == nullptr || key != region_.key) return RmaStatus::kBadKey;
+    if (addr > region_.len || len > region_.len - addr) return RmaStatus::kOutOfBounds;
+    return RmaStatus::kOk;
+  }
+  struct Region {
+    uint64_t key = 0;
+    unsigned char* base = nullptr;
+    size_t len = 0;
+  };
+
   mutable std::mutex mu_;
+  Region region_;
+  std::map<std::pair<const Connection*, uint32_t>, TxOp*> one_sided_;
+  std::vector<std::pair<uint32_t, RmaStatus>> answers_;
   bool accepting_ = true;
   std::vector<Request> requests_;
 };

@@ -143,7 +143,7 @@ bool in_table(State s, Op op) {
       return op == Op::kConnReady;
     case State::kConnected:
       return op == Op::kMsg || op == Op::kTagged || op == Op::kAckReceived ||
-             op == Op::kAckDelivered || op == Op::kShutdown;
+             op == Op::kAckDelivered || op == Op::kShutdown || op >= Op::kWrite;
     default:
       return false;
   }

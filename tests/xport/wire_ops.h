@@ -7,8 +7,10 @@
 namespace fabq::xport::wire::test_ops {
 
 inline constexpr Op kAllOps[] = {
-    Op::kConnReq,     Op::kConnAccept,   Op::kConnReject, Op::kConnReady, Op::kMsg,  Op::kTagged,
-    Op::kAckReceived, Op::kAckDelivered, Op::kShutdown,   Op::kChallenge, Op::kProof};
+    Op::kConnReq, Op::kConnAccept,  Op::kConnReject,   Op::kConnReady, Op::kMsg,
+    Op::kTagged,  Op::kAckReceived, Op::kAckDelivered, Op::kShutdown,  Op::kChallenge,
+    Op::kProof,   Op::kWrite,       Op::kReadReq,      Op::kReadResp,  Op::kRmaAck,
+    Op::kAtomic,  Op::kAtomicResp};
 
 inline const char* op_name(Op op) {
   switch (op) {
@@ -34,6 +36,18 @@ inline const char* op_name(Op op) {
       return "Challenge";
     case Op::kProof:
       return "Proof";
+    case Op::kWrite:
+      return "Write";
+    case Op::kReadReq:
+      return "ReadReq";
+    case Op::kReadResp:
+      return "ReadResp";
+    case Op::kRmaAck:
+      return "RmaAck";
+    case Op::kAtomic:
+      return "Atomic";
+    case Op::kAtomicResp:
+      return "AtomicResp";
   }
   return "Unknown";
 }

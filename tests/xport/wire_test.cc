@@ -35,9 +35,9 @@ bool is_data(Op op) {
 Header full_header(Op op) {
   Header h;
   h.op = op;
-  // Only data frames and acknowledgements are numbered.
-  const bool numbered =
-      op == Op::kMsg || op == Op::kTagged || op == Op::kAckReceived || op == Op::kAckDelivered;
+  // Only data frames, acknowledgements and one-sided requests and answers are numbered.
+  const bool numbered = op == Op::kMsg || op == Op::kTagged || op == Op::kAckReceived ||
+                        op == Op::kAckDelivered || op >= Op::kWrite;
   h.seq = numbered ? 0x01020304 : 0;
   switch (op) {
     case Op::kConnReq:
@@ -57,6 +57,28 @@ Header full_header(Op op) {
       break;
     case Op::kProof:
       h.length = kProofSize;
+      break;
+    case Op::kWrite:
+      h.flags = kRemoteData;
+      h.length = kMaxPayload + 8;
+      h.tag = 0x8877665544332211ull;
+      h.data = 0xfeedfacecafebeefull;
+      break;
+    case Op::kReadReq:
+      h.length = kReadReqSize;
+      h.tag = 0x8877665544332211ull;
+      h.data = 0xfeedfacecafebeefull;
+      break;
+    case Op::kAtomic:
+      h.length = kAtomicDescSize + 2 * kMaxAtomicBytes;
+      h.tag = 0x8877665544332211ull;
+      h.data = 0xfeedfacecafebeefull;
+      break;
+    case Op::kReadResp:
+    case Op::kRmaAck:
+    case Op::kAtomicResp:
+      // A refusal (the last status there is) carries no payload.
+      h.data = kLastRmaStatus;
       break;
     default:
       break;
@@ -221,8 +243,8 @@ TEST(WireDecode, AnyVersionButOneIsBadVersion) {
   }
 }
 
-TEST(WireDecode, OpOutsideOneToElevenIsUnknownOp) {
-  for (const unsigned op : {0u, 12u, 255u}) {
+TEST(WireDecode, OpOutsideOneToSeventeenIsUnknownOp) {
+  for (const unsigned op : {0u, 18u, 255u}) {
     Bytes b = encoded(Header{.op = Op::kConnReady});
     b[3] = static_cast<unsigned char>(op);
     EXPECT_EQ(decode_bytes(b), Violation::kUnknownOp) << "op " << op;
@@ -233,6 +255,8 @@ TEST(WireDecode, AnyFlagOnANonDataOpIsBadFlags) {
   for (const Op op : kAllOps) {
     if (is_data(op)) continue;
     for (const uint32_t flag : {uint32_t{kRemoteData}, uint32_t{kWantReceived}, 1u << 31}) {
+      // A remote write may carry CQ data.
+      if (op == Op::kWrite && flag == kRemoteData) continue;
       Header h = full_header(op);
       h.flags = flag;
       EXPECT_EQ(decode_bytes(encoded(h)), Violation::kBadFlags) << op_name(op) << " flag " << flag;
@@ -341,9 +365,17 @@ TEST(WireDecode, ReadyAcksAndShutdownCarryNoPayload) {
   }
 }
 
+// A one-sided request names its region's key in `tag`, its address in `data`.
+bool is_request(Op op) {
+  return op == Op::kWrite || op == Op::kReadReq || op == Op::kAtomic;
+}
+bool is_response(Op op) {
+  return op == Op::kReadResp || op == Op::kRmaAck || op == Op::kAtomicResp;
+}
+
 TEST(WireDecode, TagOnAnUntaggedOpIsUnusedField) {
   for (const Op op : kAllOps) {
-    if (op == Op::kTagged) continue;
+    if (op == Op::kTagged || is_request(op)) continue;
     Header h = full_header(op);
     h.tag = 1;
     EXPECT_EQ(decode_bytes(encoded(h)), Violation::kUnusedField) << op_name(op);
@@ -352,11 +384,40 @@ TEST(WireDecode, TagOnAnUntaggedOpIsUnusedField) {
 
 TEST(WireDecode, DataWithoutRemoteDataFlagIsUnusedField) {
   for (const Op op : kAllOps) {
+    if (is_request(op) || is_response(op)) continue;
     Header h = full_header(op);
     h.flags &= ~uint32_t{kRemoteData};
     h.data = 1;
     EXPECT_EQ(decode_bytes(encoded(h)), Violation::kUnusedField) << op_name(op);
   }
+}
+
+TEST(WireDecode, AnAnswerWithAnUnknownStatusOrARefusalWithBytesIsBadStatus) {
+  for (const Op op : {Op::kReadResp, Op::kRmaAck, Op::kAtomicResp}) {
+    Header h = full_header(op);
+    h.data = kLastRmaStatus + 1;
+    EXPECT_EQ(decode_bytes(encoded(h)), Violation::kBadStatus) << op_name(op);
+  }
+  for (const Op op : {Op::kReadResp, Op::kAtomicResp}) {
+    Header h = full_header(op);
+    h.data = static_cast<uint64_t>(RmaStatus::kBadKey);
+    h.length = 8;
+    EXPECT_EQ(decode_bytes(encoded(h)), Violation::kBadStatus) << op_name(op);
+  }
+}
+
+TEST(WireDecode, AReadRequestIsExactlyItsLengthAndAnAtomicAtLeastItsDescription) {
+  Header read = full_header(Op::kReadReq);
+  read.length = kReadReqSize - 1;
+  EXPECT_EQ(decode_bytes(encoded(read)), Violation::kTooLong);
+  Header atomic = full_header(Op::kAtomic);
+  atomic.length = kAtomicDescSize - 1;
+  EXPECT_EQ(decode_bytes(encoded(atomic)), Violation::kTooLong);
+  atomic.length = kAtomicDescSize + 2 * kMaxAtomicBytes + 1;
+  EXPECT_EQ(decode_bytes(encoded(atomic)), Violation::kTooLong);
+  Header write = full_header(Op::kWrite);
+  write.length = kMaxPayload + 9;
+  EXPECT_EQ(decode_bytes(encoded(write)), Violation::kTooLong) << "payload and CQ data at most";
 }
 
 TEST(WireDecode, ViolationLeavesTheOutputHeaderAlone) {
@@ -368,9 +429,9 @@ TEST(WireDecode, ViolationLeavesTheOutputHeaderAlone) {
 }
 
 TEST(WireDecode, EveryViolationHasItsOwnDescription) {
-  const Violation all[] = {Violation::kNone,       Violation::kBadMagic, Violation::kBadVersion,
-                           Violation::kUnknownOp,  Violation::kBadFlags, Violation::kTooLong,
-                           Violation::kUnusedField};
+  const Violation all[] = {Violation::kNone,        Violation::kBadMagic, Violation::kBadVersion,
+                           Violation::kUnknownOp,   Violation::kBadFlags, Violation::kTooLong,
+                           Violation::kUnusedField, Violation::kBadStatus};
   std::vector<std::string> seen;
   for (const Violation v : all) {
     const std::string s = violation_str(v);
