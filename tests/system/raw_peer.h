@@ -44,10 +44,17 @@ enum Op : uint8_t {
   kShutdown = 9,
   kChallenge = 10,
   kProof = 11,
+  kWrite = 12,       // tag: key, data: address; payload [8 bytes CQ data] + bytes
+  kReadReq = 13,     // tag: key, data: address; payload: 8-byte length
+  kReadResp = 14,    // data: status; payload: the bytes (status 0 only)
+  kRmaAck = 15,      // data: status
+  kAtomic = 16,      // tag: key, data: address; payload: op, datatype, kind, 0, count (u32), ...
+  kAtomicResp = 17,  // data: status; payload: previous values
 };
-constexpr uint32_t kShmOffer = 1u << 3;   // kConnReq: tag names a segment, data is its nonce
-constexpr uint32_t kShmAccept = 1u << 4;  // kConnAccept: the offer is taken
-constexpr uint32_t kAuth = 1u << 5;       // kConnReq: the payload ends with a 16-byte nonce
+constexpr uint32_t kRemoteData = 1u << 0;  // kMsg, kTagged, kWrite: CQ data goes with it
+constexpr uint32_t kShmOffer = 1u << 3;    // kConnReq: tag names a segment, data is its nonce
+constexpr uint32_t kShmAccept = 1u << 4;   // kConnAccept: the offer is taken
+constexpr uint32_t kAuth = 1u << 5;        // kConnReq: the payload ends with a 16-byte nonce
 
 struct Header {
   uint16_t magic = kMagic;

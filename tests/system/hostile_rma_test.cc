@@ -1,0 +1,286 @@
+// The security boundary of one-sided operations (fi_fabq(7) MEMORY REGIONS): "the target checks
+// every request against its registered regions before it touches memory; a refused one is
+// answered with its status and no data, and the connection goes on", whatever a peer forges on
+// the wire: keys, addresses, lengths, atomic descriptions, answers to requests never made. The
+// peer here is a raw socket speaking fabq's wire format (raw_peer.h) to an RDM endpoint whose
+// region sits in the middle of a larger buffer: the bytes around it must never change, and no
+// byte of them may come back.
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_domain.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "raw_peer.h"
+
+namespace fabq::testing {
+namespace {
+
+constexpr uint64_t kKey = 0x5EC12E7;
+constexpr size_t kRegion = 256;
+constexpr size_t kGuard = 512;  // bytes on each side of the region
+
+Options rma_options() {
+  Options o = rdm_options();
+  o.caps |= FI_RMA | FI_ATOMIC;
+  return o;
+}
+
+class Target : public Side {
+ public:
+  Target() : Side(rma_options()), memory_(kGuard + kRegion + kGuard, 'G') {
+    ok_ = open();
+    std::memset(region(), 0, kRegion);
+    if (ok_) {
+      ok_ = fi_mr_reg(domain(), region(), kRegion, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, kKey, 0,
+                      &mr_, nullptr) == 0;
+    }
+  }
+  ~Target() override {
+    if (mr_ != nullptr) fi_close(&mr_->fid);
+  }
+  bool ok() const { return ok_; }
+  char* region() { return memory_.data() + kGuard; }
+  bool guards_intact() const {
+    for (size_t i = 0; i < kGuard; ++i) {
+      if (memory_[i] != 'G' || memory_[kGuard + kRegion + i] != 'G') return false;
+    }
+    return true;
+  }
+
+ private:
+  std::vector<char> memory_;
+  fid_mr* mr_ = nullptr;
+  bool ok_ = false;
+};
+
+class HostileRma : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_UNLESS_FABQ();
+    ASSERT_TRUE(t_.ok());
+    ASSERT_TRUE(raw_.connect_to(ntohs(t_.address().sin_port)));
+    sockaddr_in me = t_.address();
+    me.sin_port = htons(1);
+    const std::string name(reinterpret_cast<char*>(&me), sizeof(me));
+    ASSERT_TRUE(raw_.send_all(
+        encode(Header{.op = kConnReq, .length = static_cast<uint32_t>(name.size())}) + name));
+    Header h;
+    ASSERT_TRUE(next(&h));
+    ASSERT_EQ(h.op, kConnAccept);
+    ASSERT_TRUE(raw_.send_all(encode(Header{.op = kConnReady})));
+  }
+  void TearDown() override {
+    if (!IsSkipped()) {
+      EXPECT_TRUE(t_.guards_intact()) << "bytes around the region changed";
+    }
+  }
+
+  // fabq's next frame (its payload in *payload), moving the target's bytes meanwhile.
+  bool next(Header* h, std::string* payload = nullptr) {
+    const auto t0 = Clock::now();
+    pollfd p{.fd = raw_.fd(), .events = POLLIN};
+    while (poll(&p, 1, 0) == 0) {
+      if (ms_since(t0) > kTimeoutMs) {
+        ADD_FAILURE() << "no answer";
+        return false;
+      }
+      t_.progress();
+    }
+    unsigned char b[kHeaderSize];
+    if (!raw_.recv_exact(b, sizeof(b))) return false;
+    h->op = b[3];
+    h->flags = static_cast<uint32_t>(get_le(b + 4, 4));
+    h->length = static_cast<uint32_t>(get_le(b + 8, 4));
+    h->seq = static_cast<uint32_t>(get_le(b + 12, 4));
+    h->tag = get_le(b + 16, 8);
+    h->data = get_le(b + 24, 8);
+    std::string body(h->length, '\0');
+    if (h->length > 0 && !raw_.recv_exact(body.data(), body.size())) return false;
+    if (payload != nullptr) *payload = body;
+    return true;
+  }
+  // fabq closes the connection (a protocol violation), moving its bytes meanwhile.
+  bool closed() {
+    const auto t0 = Clock::now();
+    while (ms_since(t0) < kTimeoutMs) {
+      t_.progress();
+      if (raw_.closed_by_peer(1)) return true;
+    }
+    return false;
+  }
+  // Sends a write and returns the status fabq answers it with (-1: no answer).
+  int64_t write(uint64_t key, uint64_t addr, const std::string& bytes, uint32_t seq) {
+    if (!raw_.send_all(encode(Header{.op = kWrite,
+                                     .length = static_cast<uint32_t>(bytes.size()),
+                                     .seq = seq,
+                                     .tag = key,
+                                     .data = addr}) +
+                       bytes)) {
+      return -1;
+    }
+    Header h;
+    if (!next(&h) || h.op != kRmaAck || h.seq != seq || h.length != 0) return -1;
+    return static_cast<int64_t>(h.data);
+  }
+  static std::string u64(uint64_t v) {
+    std::string s;
+    put_le(s, v, 8);
+    return s;
+  }
+
+  Target t_;
+  RawConnection raw_;
+};
+
+TEST_F(HostileRma, ForgedKeysAndRangesAreRefusedAndTheConnectionGoesOn) {
+  EXPECT_EQ(write(kKey + 1, 0, "forged key", 1), 1) << "kBadKey";
+  EXPECT_EQ(write(0, 0, "zero key", 2), 1);
+  EXPECT_EQ(write(kKey, kRegion - 4, "past the end", 3), 2) << "kOutOfBounds";
+  EXPECT_EQ(write(kKey, kRegion, "x", 4), 2);
+  EXPECT_EQ(write(kKey, UINT64_MAX - 2, "wraps around", 5), 2);
+  EXPECT_EQ(write(kKey, uint64_t{0} - kGuard, "before the start", 6), 2);
+  EXPECT_EQ(write(kKey, 16, std::string(kRegion, 'L'), 7), 2) << "too long for where it starts";
+  EXPECT_EQ(std::string(t_.region(), kRegion), std::string(kRegion, '\0'));
+  EXPECT_EQ(write(kKey, 8, "granted", 8), 0) << "the connection still works";
+  EXPECT_STREQ(t_.region() + 8, "granted");
+}
+
+TEST_F(HostileRma, ReadsReturnNothingButTheRegion) {
+  std::memcpy(t_.region(), "secret-in-region", 16);
+  struct Case {
+    uint64_t addr;
+    uint64_t len;
+    uint64_t status;
+  };
+  uint32_t seq = 10;
+  for (const Case c : {Case{0, kRegion + 1, 2}, Case{kRegion - 1, 2, 2}, Case{UINT64_MAX, 2, 2},
+                       Case{0, uint64_t{1} << 40, 2}, Case{0, UINT64_MAX, 2}}) {
+    ASSERT_TRUE(raw_.send_all(
+        encode(Header{.op = kReadReq, .length = 8, .seq = seq, .tag = kKey, .data = c.addr}) +
+        u64(c.len)));
+    Header h;
+    std::string body;
+    ASSERT_TRUE(next(&h, &body));
+    EXPECT_EQ(h.op, kReadResp);
+    EXPECT_EQ(h.seq, seq);
+    EXPECT_EQ(h.data, c.status) << c.addr << "+" << c.len;
+    EXPECT_EQ(body.size(), 0u) << "no byte of a refused read comes back";
+    ++seq;
+  }
+  ASSERT_TRUE(raw_.send_all(
+      encode(Header{.op = kReadReq, .length = 8, .seq = seq, .tag = kKey + 9, .data = 0}) +
+      u64(4)));
+  Header h;
+  std::string body;
+  ASSERT_TRUE(next(&h, &body));
+  EXPECT_EQ(h.data, 1u);
+  ASSERT_TRUE(raw_.send_all(
+      encode(Header{.op = kReadReq, .length = 8, .seq = 99, .tag = kKey, .data = 0}) + u64(16)));
+  ASSERT_TRUE(next(&h, &body));
+  EXPECT_EQ(h.data, 0u);
+  EXPECT_EQ(body, "secret-in-region");
+}
+
+TEST_F(HostileRma, AtomicsAreCheckedAndAMisdescribedOneClosesTheConnection) {
+  auto atomic = [](uint8_t op, uint8_t dt, uint8_t kind, uint32_t count) {
+    std::string d;
+    d.push_back(static_cast<char>(op));
+    d.push_back(static_cast<char>(dt));
+    d.push_back(static_cast<char>(kind));
+    d.push_back(0);
+    put_le(d, count, 4);
+    return d;
+  };
+  // An unknown op: refused (kBadAtomic), nothing touched.
+  std::string bad = atomic(200, FI_UINT64, 0, 1) + u64(1);
+  ASSERT_TRUE(raw_.send_all(encode(Header{.op = kAtomic,
+                                          .length = static_cast<uint32_t>(bad.size()),
+                                          .seq = 1,
+                                          .tag = kKey,
+                                          .data = 0}) +
+                            bad));
+  Header h;
+  ASSERT_TRUE(next(&h));
+  EXPECT_EQ(h.op, kAtomicResp);
+  EXPECT_EQ(h.data, 4u);
+  // At the last 4 bytes of the region, 8 bytes do not fit.
+  std::string edge = atomic(FI_SUM, FI_UINT64, 1, 1) + u64(1);
+  ASSERT_TRUE(raw_.send_all(encode(Header{.op = kAtomic,
+                                          .length = static_cast<uint32_t>(edge.size()),
+                                          .seq = 2,
+                                          .tag = kKey,
+                                          .data = kRegion - 4}) +
+                            edge));
+  std::string body;
+  ASSERT_TRUE(next(&h, &body));
+  EXPECT_EQ(h.data, 2u);
+  EXPECT_TRUE(body.empty());
+  // A good fetch-add answers the old value.
+  ASSERT_TRUE(raw_.send_all(encode(Header{.op = kAtomic,
+                                          .length = static_cast<uint32_t>(edge.size()),
+                                          .seq = 3,
+                                          .tag = kKey,
+                                          .data = 0}) +
+                            edge));
+  ASSERT_TRUE(next(&h, &body));
+  EXPECT_EQ(h.data, 0u);
+  EXPECT_EQ(body, u64(0));
+  // Operands that are not count elements long: the frame lies about itself.
+  std::string lie = atomic(FI_SUM, FI_UINT64, 0, 3) + u64(1);
+  ASSERT_TRUE(raw_.send_all(encode(Header{.op = kAtomic,
+                                          .length = static_cast<uint32_t>(lie.size()),
+                                          .seq = 4,
+                                          .tag = kKey,
+                                          .data = 0}) +
+                            lie));
+  EXPECT_TRUE(closed());
+  uint64_t v = 0;
+  std::memcpy(&v, t_.region(), 8);
+  EXPECT_EQ(v, 1u) << "only the good fetch-add changed the region";
+}
+
+TEST_F(HostileRma, AnAnswerToNoRequestClosesTheConnection) {
+  ASSERT_TRUE(raw_.send_all(encode(Header{.op = kRmaAck, .seq = 77})));
+  EXPECT_TRUE(closed());
+}
+
+TEST_F(HostileRma, AReadAnswerNobodyAskedForClosesTheConnectionAndWritesNothing) {
+  ASSERT_TRUE(raw_.send_all(encode(Header{.op = kReadResp, .length = 64, .seq = 5}) +
+                            std::string(64, 'Z')));
+  EXPECT_TRUE(closed());
+  EXPECT_EQ(std::string(t_.region(), kRegion), std::string(kRegion, '\0'));
+}
+
+TEST_F(HostileRma, AFloodOfReadsIsAnsweredInOrderWhileThePeerReadsSlowly) {
+  // Reads of the whole region sent far faster than their answers are read: fabq stops taking
+  // requests while its answers wait to be written (instead of buffering them without bound),
+  // and goes on as they are read.
+  constexpr uint32_t kReads = 16000;
+  constexpr uint32_t kBatch = 1600;
+  uint32_t sent = 0;
+  uint32_t answered = 0;
+  while (answered < kReads) {
+    if (sent == answered) {
+      std::string batch;
+      for (uint32_t i = 0; i < kBatch; ++i) {
+        ++sent;
+        batch +=
+            encode(Header{.op = kReadReq, .length = 8, .seq = sent, .tag = kKey}) + u64(kRegion);
+      }
+      ASSERT_TRUE(raw_.send_all(batch));
+      for (auto t0 = Clock::now(); ms_since(t0) < 20;) t_.progress();
+    }
+    Header h;
+    std::string body;
+    ASSERT_TRUE(next(&h, &body));
+    ASSERT_EQ(h.op, kReadResp);
+    ASSERT_EQ(h.seq, answered + 1);
+    ASSERT_EQ(body.size(), kRegion);
+    ++answered;
+  }
+}
+
+}  // namespace
+}  // namespace fabq::testing
