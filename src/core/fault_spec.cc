@@ -469,8 +469,10 @@ bool parse_rule(std::string_view text, FaultRule* out, std::string* why) {
              target_noun(r.target.kind);
       return false;
     }
-  } else if (r.target.kind != FaultTargetKind::kEndpoint && r.target.kind != FaultTargetKind::kCq) {
-    *why = std::string("error= applies to an endpoint or a CQ (on=ep:... or on=cq:...), not ") +
+  } else if (r.target.kind == FaultTargetKind::kSrx) {
+    *why = std::string(
+               "error= applies to an endpoint, a CQ or the domain (on=ep:..., on=cq:... "
+               "or on=domain), not ") +
            target_noun(r.target.kind);
     return false;
   }

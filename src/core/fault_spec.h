@@ -16,7 +16,8 @@
 //   seed=<s>             the generator seed for prob= (default 1; accepted with any when)
 //   count=<c>            how many times the rule may fire (default 1; 0: no limit)
 // Checks: an event's object kind must match the target (endpoint kinds on=ep, CQ kinds on=cq,
-// SRX kinds on=srx, port and device kinds on=domain); error= needs on=ep or on=cq; unknown and
+// SRX kinds on=srx, port and device kinds on=domain); error= needs on=ep, on=cq or on=domain
+// (a memory registration fails); unknown and
 // duplicate keys, values with trailing junk, negative or out-of-range numbers are errors.
 // Whitespace around rules, keys and values is ignored, and so are empty rules.
 //

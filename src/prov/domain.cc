@@ -304,7 +304,9 @@ uint32_t Domain::fire_locked(AsyncTarget* t, const core::FaultRule& rule) {
     raise_locked(t, rule.event);
   } else if (rule.what == core::FaultWhat::kNet) {
     t->arm_net_fault(rule.net);
-  } else if (t->kind() == core::FaultTargetKind::kEndpoint) {
+  } else if (t->kind() == core::FaultTargetKind::kEndpoint ||
+             t->kind() == core::FaultTargetKind::kDomain) {
+    // An endpoint's next post fails; the domain's next memory registration.
     t->arm_next_failure(rule.err, rule.prov_errno);
   } else if (t->kind() == core::FaultTargetKind::kCq) {
     auto* cq = static_cast<Cq*>(t);
@@ -315,6 +317,9 @@ uint32_t Domain::fire_locked(AsyncTarget* t, const core::FaultRule& rule) {
 
 void Domain::note_operation() {
   FaultAction a = count_operation();
+  // An error= rule of the domain fails a memory registration: one that fires on an opening
+  // waits for the next registration.
+  if (a.err != 0) arm_next_failure(a.err, a.prov_errno);
   raise(this, this, a.events);
 }
 

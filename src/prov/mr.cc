@@ -6,6 +6,7 @@
 #include "prov/domain.h"
 #include "prov/endpoint.h"
 #include "prov/eq.h"
+#include "prov/events.h"
 #include "prov/fabric.h"
 #include "prov/noop.h"
 
@@ -143,7 +144,16 @@ int mr_regattr(fid* domain_fid, const fi_mr_attr* attr, uint64_t flags, fid_mr**
   region->access = attr->access;
   region->first = domain->virt_addr() ? reinterpret_cast<uintptr_t>(region->base) : 0;
   region->enabled = !domain->mr_endpoint();
-  if (!domain->add_region(region)) {
+  // A registration is one of the domain's operations: an error= rule there fails it.
+  FaultAction fault = domain->count_operation();
+  raise(domain, domain, fault.events);
+  Eq* eq = domain->reg_mr_eq();
+  if (fault.err != 0 && eq == nullptr) {
+    delete region;
+    return -fault.err;
+  }
+  if (fault.err != 0) region->enabled = false;  // its key is FI_KEY_NOTAVAIL
+  if (fault.err == 0 && !domain->add_region(region)) {
     delete region;
     return domain->prov_key() ? -FI_ENOMEM : -FI_ENOKEY;
   }
@@ -153,10 +163,22 @@ int mr_regattr(fid* domain_fid, const fi_mr_attr* attr, uint64_t flags, fid_mr**
     release_region(region);
     return -FI_ENOMEM;
   }
-  // FI_REG_MR: the registration completes on the domain's EQ (fi_domain(3)).
-  if (Eq* eq = domain->reg_mr_eq(); eq != nullptr) {
-    fi_eq_entry entry{.fid = &mr->handle()->fid, .context = attr->context, .data = 0};
-    if (!eq->queue().write(FI_MR_COMPLETE, &entry, sizeof(entry)).ok()) {
+  // FI_REG_MR: the registration completes on the domain's EQ (fi_domain(3)); one that failed
+  // there is an error entry, and its region is never reachable (the application closes it).
+  if (eq != nullptr) {
+    bool written = false;
+    if (fault.err != 0) {
+      written = eq->queue()
+                    .write_error({.fid = &mr->handle()->fid,
+                                  .context = attr->context,
+                                  .err = fault.err,
+                                  .prov_errno = fault.prov_errno})
+                    .ok();
+    } else {
+      fi_eq_entry entry{.fid = &mr->handle()->fid, .context = attr->context, .data = 0};
+      written = eq->queue().write(FI_MR_COMPLETE, &entry, sizeof(entry)).ok();
+    }
+    if (!written) {
       delete mr;
       return -FI_EAGAIN;
     }

@@ -178,7 +178,7 @@ TEST_F(FaultInjection, ARuleForAnObjectNotYetOpenFiresWhenItOpens) {
 }
 
 TEST_F(FaultInjection, AnInvalidSpecIsRejected) {
-  for (const char* bad : {"event=nonsense", "event=cq_err,on=ep:0", "error=FI_EIO,on=domain",
+  for (const char* bad : {"event=nonsense", "event=cq_err,on=ep:0", "error=FI_EIO,on=srx:0",
                           "event=sm_change,ops=0", "event=sm_change,ms=1,ops=2", "bogus=1",
                           "error=FI_NOPE,on=cq:0", "event=sm_change,prob=2"}) {
     EXPECT_EQ(ops_->inject(domain_, bad), -FI_EINVAL) << bad;

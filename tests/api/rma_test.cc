@@ -317,6 +317,85 @@ TEST_F(Rma, MisusedCallsAreRefusedAndPostNothing) {
   EXPECT_FALSE(any_completion_within(a_->cq, 20));
 }
 
+// --- fault injection (fi_fabq(7) FAULT INJECTION) reaches one-sided operations
+
+TEST_F(Rma, InjectedFaultsFailOneSidedOperationsAndRegistrations) {
+  fi_fabq_async_ops* ops = nullptr;
+  ASSERT_EQ(
+      fi_open_ops(&domain_->fid, FI_FABQ_ASYNC_OPS, 0, reinterpret_cast<void**>(&ops), nullptr), 0);
+  std::vector<char> target(64, '.');
+  reg(target.data(), target.size(), FI_REMOTE_WRITE, 20);
+  char src[] = "f";
+  // error= on the initiator: its next operation completes in error.
+  ASSERT_EQ(ops->inject(domain_, "error=FI_EIO:77,on=ep:0"), 0);
+  ASSERT_EQ(fi_write(a_->ep, src, 1, nullptr, b_->addr, 0, 20, src), 0);
+  fi_cq_err_entry err = expect_error(a_);
+  EXPECT_EQ(err.err, FI_EIO);
+  EXPECT_EQ(err.prov_errno, 77);
+  EXPECT_EQ(err.flags, FI_RMA | FI_WRITE);
+  // net=drop: the write never reaches the target, and says so.
+  ASSERT_EQ(ops->inject(domain_, "net=drop,on=ep:0"), 0);
+  ASSERT_EQ(fi_write(a_->ep, src, 1, nullptr, b_->addr, 0, 20, src), 0);
+  EXPECT_EQ(expect_error(a_).err, FI_ETIMEDOUT);
+  EXPECT_EQ(target[0], '.');
+  // error= on the domain: the next registration fails.
+  ASSERT_EQ(ops->inject(domain_, "error=FI_ENOMEM,on=domain"), 0);
+  fid_mr* mr = nullptr;
+  EXPECT_EQ(fi_mr_reg(domain_, target.data(), 8, FI_REMOTE_WRITE, 0, 21, 0, &mr, nullptr),
+            -FI_ENOMEM);
+  EXPECT_EQ(mr, nullptr);
+  EXPECT_NE(reg(target.data(), 8, FI_REMOTE_WRITE, 21), nullptr) << "only the one";
+  // ... and the target's access error can be raised on demand (on an RDM endpoint too).
+  ASSERT_EQ(ops->inject(domain_, "event=ep_access_err,on=ep:1"), 0);
+  fi_fabq_async_event ev{};
+  ASSERT_EQ(ops->get_event(domain_, &ev, 0), 0);
+  EXPECT_EQ(ev.type, static_cast<uint32_t>(FI_FABQ_EVENT_EP_ACCESS_ERR));
+  EXPECT_EQ(ev.fid, &b_->ep->fid);
+  EXPECT_EQ(ops->ack_event(domain_, &ev), 0);
+}
+
+TEST(RmaRegistrationFault, WithFiRegMrAFailedRegistrationIsAnErrorEntryAndItsRegionUnreachable) {
+  fi_info* hints = fabq_hints();
+  hints->caps = FI_MSG | FI_RMA;
+  fi_info* info = nullptr;
+  ASSERT_EQ(fi_getinfo(kVersion, nullptr, nullptr, 0, hints, &info), 0);
+  fi_freeinfo(hints);
+  fid_fabric* fabric = nullptr;
+  fid_domain* domain = nullptr;
+  fid_eq* eq = nullptr;
+  ASSERT_EQ(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
+  ASSERT_EQ(fi_domain(fabric, info, &domain, nullptr), 0);
+  fi_eq_attr eq_attr{};
+  eq_attr.size = 8;
+  eq_attr.wait_obj = FI_WAIT_UNSPEC;
+  ASSERT_EQ(fi_eq_open(fabric, &eq_attr, &eq, nullptr), 0);
+  ASSERT_EQ(fi_domain_bind(domain, &eq->fid, FI_REG_MR), 0);
+  fi_fabq_async_ops* ops = nullptr;
+  ASSERT_EQ(
+      fi_open_ops(&domain->fid, FI_FABQ_ASYNC_OPS, 0, reinterpret_cast<void**>(&ops), nullptr), 0);
+  ASSERT_EQ(ops->inject(domain, "error=FI_EACCES:9,on=domain"), 0);
+  char buf[64];
+  int ctx = 0;
+  fid_mr* mr = nullptr;
+  ASSERT_EQ(fi_mr_reg(domain, buf, sizeof(buf), FI_REMOTE_WRITE, 0, 5, 0, &mr, &ctx), 0)
+      << "it completes on the EQ";
+  uint32_t event = 0;
+  fi_eq_entry entry{};
+  ASSERT_EQ(fi_eq_sread(eq, &event, &entry, sizeof(entry), kWaitMs, 0), -FI_EAVAIL);
+  fi_eq_err_entry err{};
+  ASSERT_EQ(fi_eq_readerr(eq, &err, 0), static_cast<ssize_t>(sizeof(err)));
+  EXPECT_EQ(err.fid, &mr->fid);
+  EXPECT_EQ(err.context, &ctx);
+  EXPECT_EQ(err.err, FI_EACCES);
+  EXPECT_EQ(err.prov_errno, 9);
+  EXPECT_EQ(fi_mr_key(mr), FI_KEY_NOTAVAIL) << "a failed registration has no key";
+  EXPECT_EQ(fi_close(&mr->fid), 0);
+  EXPECT_EQ(fi_close(&domain->fid), 0);
+  EXPECT_EQ(fi_close(&eq->fid), 0);
+  EXPECT_EQ(fi_close(&fabric->fid), 0);
+  fi_freeinfo(info);
+}
+
 // --- memory registration modes
 
 // Endpoints of a domain opened with the mr_mode bits `mode` in the hints.
