@@ -137,9 +137,11 @@ class FakeOwner final : public Owner {
   int submit(Connection* c, TxOp* op) {
     op->conn = c;
     if (op->kind != TxKind::kSend) {
-      std::lock_guard lock(mu_);
-      one_sided_[{c, op->seq}] = op;
-      return c->submit(op);
+      {
+        std::lock_guard lock(mu_);
+        one_sided_[{c, op->seq}] = op;
+      }
+      return c->submit(op);  // upcalls may come from inside it
     }
     const bool acked = op->level != TxLevel::kInject;
     if (acked) {
