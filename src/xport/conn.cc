@@ -28,6 +28,8 @@ constexpr size_t kReadBuffer = 16 * 1024;
 constexpr size_t kDirectRead = 16 * 1024;
 // Control frames owed to the peer beyond this: stop reading until they are written.
 constexpr size_t kCtrlBacklog = 64 * 1024;
+// Control frames' memory kept between answers; more (a large read's answer) is given back.
+constexpr size_t kCtrlKeep = 8 << 20;
 constexpr size_t kSendRing = 1024;
 constexpr int kIovBatch = 16;
 constexpr uint32_t kIn = EPOLLIN;
@@ -377,6 +379,8 @@ bool Conn::flush_locked() {
       if (ctrl_off_ == ctrl_.size() && !tx_switch_pending_) {
         ctrl_.clear();
         ctrl_off_ = 0;
+        // A large read's answer went out: its memory does not stay with the connection.
+        if (ctrl_.capacity() > kCtrlKeep) std::vector<unsigned char>().swap(ctrl_);
       }
     }
     while (left > 0 && send_count_ > 0) {
