@@ -253,7 +253,7 @@ bool fabric_ok(const fi_fabric_attr* h, const Iface& iface) {
 // mr_mode: fabq needs no registration for local buffers, and serves remote access either way
 // (prov/mr.h), so it reports what the application can handle of what changes that: provider
 // keys (FI_MR_PROV_KEY), virtual addresses (FI_MR_VIRT_ADDR), regions bound to an endpoint
-// (FI_MR_ENDPOINT); the first two unless FI_FABQ_MR_PROV_KEY=0 says never. Old (< 1.5) callers
+// (FI_MR_ENDPOINT); none of them with FI_FABQ_MR_SCALABLE=1. Old (< 1.5) callers
 // speak in FI_MR_BASIC (provider keys at virtual
 // addresses) or FI_MR_SCALABLE (their keys, offsets; the answer when they ask for neither), and
 // FI_MR_BASIC or FI_MR_SCALABLE alone in a newer caller's mr_mode mean the same.
@@ -261,14 +261,15 @@ bool pick_mr_mode(uint32_t version, const fi_info* hints, int* out) {
   const int asked = hints && hints->domain_attr ? hints->domain_attr->mr_mode : 0;
   if (asked == FI_MR_BASIC || asked == FI_MR_SCALABLE) {
     *out = asked;
-    return asked == FI_MR_SCALABLE || params().mr_prov_key != 0;
+    return asked == FI_MR_SCALABLE || params().mr_scalable == 0;
   }
   if (FI_VERSION_LT(version, FI_VERSION(1, 5))) {
     *out = FI_MR_SCALABLE;
     return true;
   }
-  const int offered = params().mr_prov_key != 0 ? FI_MR_PROV_KEY | FI_MR_VIRT_ADDR : 0;
-  *out = asked & (offered | FI_MR_ENDPOINT);
+  const int offered =
+      params().mr_scalable == 0 ? FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_ENDPOINT : 0;
+  *out = asked & offered;
   return true;
 }
 

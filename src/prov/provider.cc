@@ -95,11 +95,12 @@ extern "C" FI_EXT_INI {
                   "arrival and the end of their handshake (for a passive endpoint: until "
                   "fi_accept or fi_reject); one more is closed at once, which its peer sees as a "
                   "refusal");
-  define_and_read("mr_prov_key", &g_params.mr_prov_key,
-                  "1: an application whose hints' mr_mode accepts FI_MR_PROV_KEY and "
-                  "FI_MR_VIRT_ADDR gets them (random keys a peer cannot guess, virtual "
-                  "addresses); 0: never, regions always have the application's keys and are "
-                  "addressed by offset, as in libfabric's tcp and sockets providers",
+  define_and_read("mr_scalable", &g_params.mr_scalable,
+                  "0: an application whose hints' mr_mode accepts FI_MR_PROV_KEY, "
+                  "FI_MR_VIRT_ADDR or FI_MR_ENDPOINT gets them (keys a peer cannot guess); 1: no "
+                  "mr_mode bits, whatever the hints accept: regions keep the application's keys, "
+                  "are addressed by offset and reached by every endpoint of the domain, as in "
+                  "libfabric's tcp and sockets providers",
                   /*allow_zero=*/true);
   fi_param_define(&fabq::prov::g_provider, "auth_key", FI_PARAM_STRING,
                   "A secret shared by every process of the job: connections are made only "

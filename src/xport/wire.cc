@@ -1,6 +1,7 @@
 #include "xport/wire.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace fabq::xport::wire {
@@ -37,7 +38,10 @@ size_t length_limit(const Header& h, size_t max_payload) {
     case Op::kProof:
       return kProofSize;
     case Op::kWrite:
-      return max_payload + ((h.flags & kRemoteData) != 0 ? 8 : 0);
+      // The CQ data comes on top of the bytes written (without wrapping: a limit of SIZE_MAX
+      // stays that).
+      return (h.flags & kRemoteData) != 0 && max_payload <= SIZE_MAX - 8 ? max_payload + 8
+                                                                         : max_payload;
     case Op::kReadReq:
       return kReadReqSize;
     case Op::kReadResp:

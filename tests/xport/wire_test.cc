@@ -420,6 +420,12 @@ TEST(WireDecode, AReadRequestIsExactlyItsLengthAndAnAtomicAtLeastItsDescription)
   EXPECT_EQ(decode_bytes(encoded(write)), Violation::kTooLong) << "payload and CQ data at most";
 }
 
+TEST(WireDecode, AWriteWithCqDataFitsUnderTheLargestLimitToo) {
+  Header h{.op = Op::kWrite, .flags = kRemoteData, .length = 8, .seq = 1, .tag = 1, .data = 1};
+  EXPECT_EQ(decode_bytes(encoded(h), nullptr, SIZE_MAX), Violation::kNone)
+      << "the 8 bytes of CQ data do not wrap the limit around";
+}
+
 TEST(WireDecode, ViolationLeavesTheOutputHeaderAlone) {
   Bytes b = encoded(full_header(Op::kMsg));
   b[2] = 2;
