@@ -12,10 +12,13 @@
 //   the rest     records, each a tag byte t and what t % 4 says:
 //     0  raw stream: a length n, then n bytes
 //     1  the peer's next frame, made right, with MACs under the peer's secret; an option byte o
-//        follows. (t >> 2) % 6 picks it: 0 the request (active peer) or the challenge (passive
+//        follows. (t >> 2) % 8 picks it: 0 the request (active peer) or the challenge (passive
 //        peer), 1 the proof or the accept (kShmAccept if o & 1), 2 kConnReady or kConnReject,
-//        3 kShutdown, 4 a message of o % 64 bytes, 5 an acknowledgement
-//     2  a frame with a well-formed header: op, flags, a length n, then n bytes of payload
+//        3 kShutdown, 4 a message of o % 64 bytes, 5 an acknowledgement, 6 a one-sided request
+//        (o % 3: kWrite, kReadReq, kAtomic), 7 an answer to one (o % 3: kRmaAck, kReadResp,
+//        kAtomicResp; a refusal when o & 4)
+//     2  a frame with a well-formed header: op (any of wire.h's), flags, a length n, then n
+//        bytes of payload
 //     3  the connection on its own: fi_accept ((t >> 2) even) or a close (odd)
 //
 // Invariants checked:
@@ -23,7 +26,8 @@
 //     connection fails;
 //   - every move is an edge of the protocol, nothing leaves kClosed, and a Next's state is the
 //     handshake's; the steps that end the connection, and only those, leave it in kClosed;
-//   - each whole frame gets the step wire.h gives it (data and acknowledgements none; kShutdown
+//   - each whole frame gets the step wire.h gives it (data, acknowledgements, one-sided requests
+//     and their answers none: the connection, not the handshake, acts on them; kShutdown
 //     the peer's close; a request reported, accepted, challenged or refused by who holds a
 //     secret; an RDM request only with a name);
 //   - kConnected only after the protocol's frames in order: the active side after [kChallenge]
@@ -63,8 +67,11 @@ bool same(const void* a, const void* b, size_t n) {
   return n == 0 || std::memcmp(a, b, n) == 0;
 }
 
-bool is_data(Op op) {
-  return op == Op::kMsg || op == Op::kTagged;
+// Frames whose payload the handshake reads (the connection keeps it in a buffer of
+// wire::kMaxConnReq bytes); the others' payload is placed, collected or dropped by the connection.
+bool is_handshake(Op op) {
+  return op == Op::kConnReq || op == Op::kConnAccept || op == Op::kConnReject ||
+         op == Op::kChallenge || op == Op::kProof;
 }
 
 bool same_header(const Header& a, const Header& b) {
@@ -193,11 +200,11 @@ class Run {
         push(in.take(in.byte()));
         break;
       case 1:
-        honest((t >> 2) % 6, in.byte());
+        honest((t >> 2) % 8, in.byte());
         break;
       case 2: {
         Header h;
-        h.op = static_cast<Op>(in.byte() % 11 + 1);
+        h.op = static_cast<Op>(in.byte() % static_cast<uint8_t>(wire::kLastOp) + 1);
         h.flags = in.byte() & 0x3f;
         const Bytes payload = in.take(in.byte());
         h.length = static_cast<uint32_t>(payload.size());
@@ -238,7 +245,7 @@ class Run {
     check(copy.sent() == State::kClosed);
     check(copy.incoming(true, nullptr) == State::kClosed);
     check(copy.accept() == State::kClosed);
-    for (uint8_t op = 1; op <= 11; ++op) {
+    for (uint8_t op = 1; op <= static_cast<uint8_t>(wire::kLastOp); ++op) {
       Header h;
       h.op = static_cast<Op>(op);
       check(!copy.allowed(h));
@@ -308,10 +315,46 @@ class Run {
         h.seq = ++counter_;
         payload.assign(o % 64, 'm');
         break;
-      default:
+      case 5:
         h.op = Op::kAckReceived;
         h.seq = o;
         break;
+      case 6: {
+        // A one-sided request: a region's key in `tag`, an address in `data`.
+        static constexpr Op kRequests[] = {Op::kWrite, Op::kReadReq, Op::kAtomic};
+        h.op = kRequests[o % 3];
+        h.seq = ++counter_;
+        h.tag = 0x6b6579;
+        h.data = o;
+        if (h.op == Op::kWrite) {
+          if ((o & 4) != 0) {
+            h.flags = wire::kRemoteData;
+            payload.assign(8, 'c');  // the CQ data
+          }
+          payload.insert(payload.end(), o % 16, 'w');
+        } else if (h.op == Op::kReadReq) {
+          payload.resize(wire::kReadReqSize);
+          wire::put_u64(payload.data(), o % 32);
+        } else {
+          payload.resize(wire::kAtomicDescSize);
+          wire::encode_atomic({.op = 0, .datatype = 0, .kind = AtomicKind::kPlain, .count = 1},
+                              payload.data());
+          payload.push_back(o);
+        }
+        break;
+      }
+      default: {
+        // An answer: a Status in `data`, and bytes only with kOk.
+        static constexpr Op kAnswers[] = {Op::kRmaAck, Op::kReadResp, Op::kAtomicResp};
+        h.op = kAnswers[o % 3];
+        h.seq = o;
+        if ((o & 4) != 0) {
+          h.data = static_cast<uint64_t>(RmaStatus::kBadKey);
+        } else if (h.op != Op::kRmaAck) {
+          payload.assign(o % 8, 'r');
+        }
+        break;
+      }
     }
     h.length = static_cast<uint32_t>(payload.size());
     push(encoded(h, payload));
@@ -351,7 +394,7 @@ class Run {
         if (framer_.in_header() || !header_allowed()) continue;
       } else {
         const size_t took = framer_.take_payload(avail);
-        if (!is_data(framer_.header().op)) {
+        if (is_handshake(framer_.header().op)) {
           check(got_ + took <= sizeof(payload_));
           std::memcpy(payload_ + got_, p, took);
         }
@@ -437,7 +480,15 @@ class Run {
       case Op::kTagged:
       case Op::kAckReceived:
       case Op::kAckDelivered:
+      case Op::kWrite:
+      case Op::kReadReq:
+      case Op::kReadResp:
+      case Op::kRmaAck:
+      case Op::kAtomic:
+      case Op::kAtomicResp:
+        // The connection's to act on, once connected: nothing of the handshake's.
         check(next.step == Step::kNone && next.state == before);
+        check(before == State::kConnected);
         break;
       case Op::kShutdown:
         check(next.step == Step::kPeerClosed);

@@ -10,15 +10,24 @@
 // Invariants checked:
 //   - take_header() takes exactly what the header still needs of what it is offered, never more;
 //     take_payload() takes min(offered, payload_left()), never more;
-//   - payload_left() never exceeds the frame's limit: max_payload for messages, core::kCmDataSize
-//   for
-//     connect, accept and reject data (and a nonce more for an authenticating request), the
-//     fixed sizes of kChallenge and kProof, 0 for the rest;
-//   - a completed header re-encodes to the stream's bytes, and obeys every rule of decode();
+//   - payload_left() never exceeds the frame's limit (wire.h, restated in length_limit() below):
+//     max_payload for messages and read answers, max_payload and 8 bytes of CQ data for a
+//     kWrite with kRemoteData, core::kCmDataSize for connect, accept and reject data (and a
+//     nonce more for an authenticating request), the fixed sizes of kChallenge, kProof and
+//     kReadReq, an atomic's description and two operand arrays for kAtomic, one array for
+//     kAtomicResp, 0 for the rest;
+//   - a completed header re-encodes to the stream's bytes, and obeys every rule of decode():
+//     the flags of its op, its length, `tag` only where a key, a tag or a segment goes, `data`
+//     only where CQ data, an address, a Status or a nonce goes, a Status that exists and no
+//     payload with a refusal, `seq` only where a number goes;
+//   - a refused header breaks the rule its Violation names;
 //   - a dead framer reports the violation decode() finds in the header's bytes, and takes
 //     nothing afterwards, not even after next_frame();
 //   - decode() of any 32 bytes returns kNone with a header that re-encodes to the same bytes,
-//     or a violation, and then leaves its output alone.
+//     or a violation, and then leaves its output alone;
+//   - the 8-byte description at the front of a kAtomic payload decodes only with a kind that
+//     exists and a zero reserved byte, and then re-encodes to the same bytes; put_u64() and
+//     get_u64() are inverses.
 #include "xport/wire.h"
 
 #include <cstddef>
@@ -40,9 +49,26 @@ bool is_data(Op op) {
   return op == Op::kMsg || op == Op::kTagged;
 }
 
+// One-sided requests name a region (`tag`) and an address in it (`data`); their answers carry a
+// Status in `data`.
+bool is_request(Op op) {
+  return op == Op::kWrite || op == Op::kReadReq || op == Op::kAtomic;
+}
+
+bool is_answer(Op op) {
+  return op == Op::kReadResp || op == Op::kRmaAck || op == Op::kAtomicResp;
+}
+
+// a + b, or SIZE_MAX when that does not fit: a limit is a number, not a size_t that wraps.
+size_t sat_add(size_t a, size_t b) {
+  return a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
+
 // The length limit of a header: core::kCmDataSize for connect, accept and reject data (plus a nonce
-// for an authenticating request), the receiver's max_payload for messages, the fixed sizes of
-// kChallenge and kProof, 0 for the rest.
+// for an authenticating request), the receiver's max_payload for messages and read answers (plus
+// the 8 bytes of CQ data of a kWrite that carries them), the fixed sizes of kChallenge, kProof and
+// kReadReq, an atomic's description and operands and compare values, an atomic's previous values,
+// 0 for the rest.
 size_t length_limit(const Header& h, size_t max_payload) {
   switch (h.op) {
     case Op::kConnReq:
@@ -52,35 +78,118 @@ size_t length_limit(const Header& h, size_t max_payload) {
       return core::kCmDataSize;
     case Op::kMsg:
     case Op::kTagged:
+    case Op::kReadResp:
       return max_payload;
+    case Op::kWrite:
+      return sat_add(max_payload, (h.flags & kRemoteData) != 0 ? 8 : 0);
     case Op::kChallenge:
       return kNonceSize + kMacSize;
     case Op::kProof:
       return kMacSize;
+    case Op::kReadReq:
+      return 8;
+    case Op::kAtomic:
+      return 8 + 2 * kMaxAtomicBytes;
+    case Op::kAtomicResp:
+      return kMaxAtomicBytes;
     default:
       return 0;
   }
 }
 
-// The rules of wire.h, restated: what a header decode() accepted must satisfy.
-bool obeys_rules(const Header& h, size_t max_payload) {
-  const uint8_t op = static_cast<uint8_t>(h.op);
-  if (op < static_cast<uint8_t>(Op::kConnReq) || op > static_cast<uint8_t>(Op::kProof)) {
-    return false;
-  }
-  uint32_t allowed = 0;
-  if (is_data(h.op)) allowed = kDataFlags;
-  if (h.op == Op::kConnReq) allowed = kShmOffer | kAuth;
-  if (h.op == Op::kConnAccept) allowed = kShmAccept;
-  if ((h.flags & ~allowed) != 0) return false;
-  if (h.length > length_limit(h, max_payload)) return false;
+// The least length of a header's op: the fixed size of kReadReq, the description of kAtomic.
+size_t length_floor(const Header& h) {
+  if (h.op == Op::kReadReq || h.op == Op::kAtomic) return 8;
+  return 0;
+}
+
+uint32_t allowed_flags(Op op) {
+  if (is_data(op)) return kDataFlags;
+  if (op == Op::kConnReq) return kShmOffer | kAuth;
+  if (op == Op::kConnAccept) return kShmAccept;
+  if (op == Op::kWrite) return kRemoteData;
+  return 0;
+}
+
+bool known_op(uint8_t op) {
+  return op >= static_cast<uint8_t>(Op::kConnReq) && op <= static_cast<uint8_t>(Op::kAtomicResp);
+}
+
+// Each rule of wire.h, restated; a header decode() accepted keeps them all, and one it refused
+// breaks the rule its Violation names.
+bool flags_ok(const Header& h) {
+  return (h.flags & ~allowed_flags(h.op)) == 0;
+}
+
+bool length_ok(const Header& h, size_t max_payload) {
+  return h.length <= length_limit(h, max_payload) && h.length >= length_floor(h);
+}
+
+// A Status that exists, and a payload only with kOk.
+bool status_ok(const Header& h) {
+  if (!is_answer(h.op)) return true;
+  return h.data <= static_cast<uint64_t>(RmaStatus::kTargetFailed) &&
+         (h.data == 0 || h.length == 0);
+}
+
+bool fields_ok(const Header& h) {
   // A shared-memory offer names its segment in `tag` and carries its nonce in `data`.
   const bool offer = h.op == Op::kConnReq && (h.flags & kShmOffer) != 0;
-  if (h.tag != 0 && h.op != Op::kTagged && !offer) return false;
-  if (h.data != 0 && (h.flags & kRemoteData) == 0 && !offer) return false;
-  const bool numbered = is_data(h.op) || h.op == Op::kAckReceived || h.op == Op::kAckDelivered;
+  if (h.tag != 0 && h.op != Op::kTagged && !offer && !is_request(h.op)) return false;
+  if (h.data != 0 && (h.flags & kRemoteData) == 0 && !offer && !is_request(h.op) &&
+      !is_answer(h.op)) {
+    return false;
+  }
+  const bool numbered = is_data(h.op) || h.op == Op::kAckReceived || h.op == Op::kAckDelivered ||
+                        is_request(h.op) || is_answer(h.op);
   if (h.seq != 0 && !numbered) return false;
   return true;
+}
+
+bool obeys_rules(const Header& h, size_t max_payload) {
+  return known_op(static_cast<uint8_t>(h.op)) && flags_ok(h) && length_ok(h, max_payload) &&
+         status_ok(h) && fields_ok(h);
+}
+
+// The fields of 32 raw bytes, without a verdict.
+Header raw_header(const unsigned char* in) {
+  auto get = [in](size_t at, size_t n) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(in[at + i]) << (8 * i);
+    return v;
+  };
+  Header h;
+  h.op = static_cast<Op>(in[3]);
+  h.flags = static_cast<uint32_t>(get(4, 4));
+  h.length = static_cast<uint32_t>(get(8, 4));
+  h.seq = static_cast<uint32_t>(get(12, 4));
+  h.tag = get(16, 8);
+  h.data = get(24, 8);
+  return h;
+}
+
+// The bytes decode() refused with `v` break the rule `v` names.
+bool breaks(const unsigned char* in, size_t max_payload, Violation v) {
+  const Header h = raw_header(in);
+  const bool magic = in[0] == (kMagic & 0xff) && in[1] == (kMagic >> 8);
+  switch (v) {
+    case Violation::kBadMagic:
+      return !magic;
+    case Violation::kBadVersion:
+      return magic && in[2] != kVersion;
+    case Violation::kUnknownOp:
+      return !known_op(in[3]);
+    case Violation::kBadFlags:
+      return known_op(in[3]) && !flags_ok(h);
+    case Violation::kTooLong:
+      return known_op(in[3]) && !length_ok(h, max_payload);
+    case Violation::kBadStatus:
+      return known_op(in[3]) && !status_ok(h);
+    case Violation::kUnusedField:
+      return known_op(in[3]) && !fields_ok(h);
+    default:
+      return false;
+  }
 }
 
 bool same_header(const Header& a, const Header& b) {
@@ -102,11 +211,36 @@ Violation check_decode(const unsigned char* in, size_t max_payload, Header* out)
     check(obeys_rules(h, max_payload));
   } else {
     check(v <= Violation::kUnusedField);
+    check(breaks(in, max_payload, v));
     check(same_header(h, sentinel));
   }
   check(violation_str(v) != nullptr);
   *out = h;
   return v;
+}
+
+// The first 8 payload bytes of a kAtomic (an AtomicDesc), or of a kReadReq (its length).
+void check_prefix(Op op, const unsigned char* p) {
+  if (op == Op::kAtomic) {
+    AtomicDesc sentinel;
+    sentinel.op = 0xa5;
+    sentinel.count = 0x5e471e1;
+    AtomicDesc d = sentinel;
+    const bool ok = decode_atomic(p, &d);
+    check(ok == (p[2] <= static_cast<uint8_t>(AtomicKind::kCompare) && p[3] == 0));
+    if (!ok) {
+      check(d.op == sentinel.op && d.count == sentinel.count);
+      return;
+    }
+    unsigned char again[kAtomicDescSize];
+    encode_atomic(d, again);
+    check(std::memcmp(again, p, kAtomicDescSize) == 0);
+    check(d.op == p[0] && d.datatype == p[1] && static_cast<uint8_t>(d.kind) == p[2]);
+  } else if (op == Op::kReadReq) {
+    unsigned char again[8];
+    put_u64(again, get_u64(p));
+    check(std::memcmp(again, p, sizeof(again)) == 0);
+  }
 }
 
 // A dead framer takes nothing of the n bytes at p, not even after next_frame().
@@ -185,6 +319,8 @@ void run(const uint8_t* data, size_t size) {
       pos += took;
       avail -= took;
       if (f.frame_done()) {
+        const Header& done = f.header();
+        if (done.length >= 8) check_prefix(done.op, stream + frame_start + kHeaderSize);
         // Nothing more belongs to this frame until the transport has acted on it.
         check(f.take_header(stream + pos, avail) == 0);
         check(f.take_payload(avail) == 0);
