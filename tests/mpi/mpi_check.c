@@ -8,6 +8,10 @@
  *   large        messages of 64 KiB to 16 MiB, their bytes checked
  *   onesided     MPI_Put, MPI_Get and MPI_Accumulate in fence epochs (through whatever
  *                one-sided component runs them: pt2pt puts them on point to point)
+ *   rma          MPI_Put, MPI_Get, MPI_Accumulate (SUM, REPLACE), MPI_Fetch_and_op (SUM,
+ *                NO_OP) and MPI_Compare_and_swap in fence, lock (exclusive, shared, lock_all)
+ *                and post/start/complete/wait epochs, and 1 MiB puts and gets, on windows of
+ *                MPI_Win_create'd memory (osc/rdma over btl/ofi: fabq's RMA and atomics)
  * Rank 0 prints "mpi_check <suite>: OK (<n> ranks, <k> network namespaces)"; any failure
  * prints what and aborts. */
 #include <mpi.h>
@@ -249,6 +253,258 @@ static void onesided(void) {
   MPI_Win_free(&win);
 }
 
+/* The rma suite: one-sided operations as osc/rdma issues them, through the window's BTL (fabq's
+ * fi_write, fi_read, fi_atomic, fi_fetch_atomic and fi_compare_atomic under btl/ofi). Windows
+ * come from MPI_Win_create, not MPI_Win_allocate: memory osc/rdma allocates itself may sit in a
+ * shared segment that ranks of one host reach with loads and stores, user memory only over the
+ * BTL. 8-byte integers and single elements: the atomics btl/ofi maps onto libfabric's. */
+enum { kCells = 16, kBig = 1 << 20 };
+/* Cells of the small window, each used by one check. */
+enum { kPut, kGet, kSum, kReplace, kTicket, kSwap, kMismatch, kFlushed };
+
+static int64_t* cells;
+static MPI_Win cells_win;
+
+/* Each rank's mark for a cell: never 0, which the checks use for "empty". */
+static int64_t mark(int r) {
+  return 1000 + r;
+}
+
+/* Every rank's cells hold `value` once all ranks have returned. */
+static void reset_cells(int64_t value) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < kCells; ++i) cells[i] = value;
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* The values the ranks fetched from one shared counter that each added 1 to, in some order,
+ * are 0 to size - 1, each once. */
+static void check_tickets(int64_t mine, const char* how) {
+  int64_t* all = calloc((size_t)size, sizeof(int64_t));
+  int* seen = calloc((size_t)size, sizeof(int));
+  MPI_Allgather(&mine, 1, MPI_INT64_T, all, 1, MPI_INT64_T, MPI_COMM_WORLD);
+  for (int i = 0; i < size; ++i) {
+    CHECK(all[i] >= 0 && all[i] < size && !seen[all[i]], "%s: rank %d fetched %lld", how, i,
+          (long long)all[i]);
+    seen[all[i]] = 1;
+  }
+  free(all);
+  free(seen);
+}
+
+/* Of the ranks that all swapped their own mark into rank 0's cell holding 0, exactly one found
+ * 0; the others found the winner's mark, which the cell keeps. Rank 0 stays out: Open MPI 4.1's
+ * osc/rdma hands the BTL a compare-and-swap on the caller's own MPI_Win_create memory without
+ * its registration, and btl/ofi dereferences the null key (a segfault in mca_btl_ofi_acswap). */
+static void swap_into_rank0(int64_t* found, MPI_Win win) {
+  const int64_t mine = mark(rank), empty = 0;
+  *found = -1;
+  if (rank != 0) MPI_Compare_and_swap(&mine, &empty, found, MPI_INT64_T, 0, kSwap, win);
+}
+
+static void check_one_swap_won(int64_t found, int64_t held, const char* how) {
+  int64_t* all = calloc((size_t)size, sizeof(int64_t));
+  MPI_Allgather(&found, 1, MPI_INT64_T, all, 1, MPI_INT64_T, MPI_COMM_WORLD);
+  int winners = 0;
+  for (int i = 1; i < size; ++i) winners += all[i] == 0;
+  CHECK(winners == 1, "%s: %d ranks found the cell empty", how, winners);
+  for (int i = 1; i < size; ++i) {
+    CHECK(all[i] == 0 || all[i] == held, "%s: rank %d found %lld, the cell holds %lld", how, i,
+          (long long)all[i], (long long)held);
+  }
+  CHECK(held >= mark(1) && held < mark(size), "%s: the cell holds %lld", how, (long long)held);
+  free(all);
+}
+
+static void rma_fence(void) {
+  reset_cells(0);
+  cells[kGet] = mark(rank) * 2;
+  MPI_Win_fence(MPI_MODE_NOPRECEDE, cells_win);
+  const int64_t mine = mark(rank), one = 1, add = rank + 1, seven = 7 * (rank + 1);
+  /* Put to the next rank, get from it; add to every rank; replace the next rank's cell. */
+  int64_t got = -1;
+  MPI_Put(&mine, 1, MPI_INT64_T, next_rank(), kPut, 1, MPI_INT64_T, cells_win);
+  MPI_Get(&got, 1, MPI_INT64_T, next_rank(), kGet, 1, MPI_INT64_T, cells_win);
+  for (int r = 0; r < size; ++r) {
+    MPI_Accumulate(&add, 1, MPI_INT64_T, r, kSum, 1, MPI_INT64_T, MPI_SUM, cells_win);
+  }
+  MPI_Accumulate(&seven, 1, MPI_INT64_T, next_rank(), kReplace, 1, MPI_INT64_T, MPI_REPLACE,
+                 cells_win);
+  MPI_Win_fence(0, cells_win);
+  CHECK(cells[kPut] == mark(prev_rank()), "fence put: %lld", (long long)cells[kPut]);
+  CHECK(got == mark(next_rank()) * 2, "fence get: %lld", (long long)got);
+  CHECK(cells[kSum] == (int64_t)size * (size + 1) / 2, "fence accumulate sum: %lld",
+        (long long)cells[kSum]);
+  CHECK(cells[kReplace] == 7 * (prev_rank() + 1), "fence accumulate replace: %lld",
+        (long long)cells[kReplace]);
+  /* Fetch-and-add on rank 0's ticket counter; read the next rank's sum back (NO_OP);
+   * compare-and-swap into rank 0's empty cell, and into one that never matches. */
+  int64_t ticket = -1, peek = -1, found = -1, unmatched = -1;
+  const int64_t never = -5;
+  MPI_Fetch_and_op(&one, &ticket, MPI_INT64_T, 0, kTicket, MPI_SUM, cells_win);
+  MPI_Fetch_and_op(NULL, &peek, MPI_INT64_T, next_rank(), kSum, MPI_NO_OP, cells_win);
+  swap_into_rank0(&found, cells_win);
+  MPI_Compare_and_swap(&mine, &never, &unmatched, MPI_INT64_T, next_rank(), kMismatch, cells_win);
+  MPI_Win_fence(0, cells_win);
+  CHECK(peek == (int64_t)size * (size + 1) / 2, "fence fetch_and_op no_op: %lld", (long long)peek);
+  CHECK(unmatched == 0 && cells[kMismatch] == 0, "fence compare_and_swap mismatch: %lld, %lld",
+        (long long)unmatched, (long long)cells[kMismatch]);
+  if (rank == 0) CHECK(cells[kTicket] == size, "fence tickets: %lld", (long long)cells[kTicket]);
+  check_tickets(ticket, "fence fetch_and_op sum");
+  int64_t swapped = cells[kSwap];
+  MPI_Bcast(&swapped, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  check_one_swap_won(found, swapped, "fence compare_and_swap");
+  /* No epoch after this one: the lock epochs that follow must not overlap a fence's. */
+  MPI_Win_fence(MPI_MODE_NOSUCCEED, cells_win);
+}
+
+static void rma_lock(void) {
+  reset_cells(0);
+  const int64_t mine = mark(rank), one = 1, add = rank + 1;
+  /* Exclusive: put into the next rank, then take a ticket from rank 0, one rank at a time. */
+  MPI_Win_lock(MPI_LOCK_EXCLUSIVE, next_rank(), 0, cells_win);
+  MPI_Put(&mine, 1, MPI_INT64_T, next_rank(), kPut, 1, MPI_INT64_T, cells_win);
+  MPI_Win_unlock(next_rank(), cells_win);
+  int64_t ticket = -1;
+  MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, cells_win);
+  MPI_Fetch_and_op(&one, &ticket, MPI_INT64_T, 0, kTicket, MPI_SUM, cells_win);
+  MPI_Win_unlock(0, cells_win);
+  MPI_Barrier(MPI_COMM_WORLD);
+  /* Reads of one's own window memory need an epoch on it to see what others wrote. */
+  MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, cells_win);
+  CHECK(cells[kPut] == mark(prev_rank()), "exclusive put: %lld", (long long)cells[kPut]);
+  if (rank == 0) {
+    CHECK(cells[kTicket] == size, "exclusive tickets: %lld", (long long)cells[kTicket]);
+  }
+  MPI_Win_unlock(rank, cells_win);
+  check_tickets(ticket, "exclusive fetch_and_op sum");
+
+  /* Shared: all ranks at once add to rank 0, swap into its empty cell, replace in the next. */
+  int64_t found = -1;
+  MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, cells_win);
+  MPI_Accumulate(&add, 1, MPI_INT64_T, 0, kSum, 1, MPI_INT64_T, MPI_SUM, cells_win);
+  swap_into_rank0(&found, cells_win);
+  MPI_Win_unlock(0, cells_win);
+  MPI_Win_lock(MPI_LOCK_SHARED, next_rank(), 0, cells_win);
+  MPI_Accumulate(&mine, 1, MPI_INT64_T, next_rank(), kReplace, 1, MPI_INT64_T, MPI_REPLACE,
+                 cells_win);
+  MPI_Win_unlock(next_rank(), cells_win);
+  MPI_Barrier(MPI_COMM_WORLD);
+  int64_t sum = -1, swapped = -1, replaced = -1;
+  MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, cells_win);
+  MPI_Fetch_and_op(NULL, &sum, MPI_INT64_T, 0, kSum, MPI_NO_OP, cells_win);
+  MPI_Fetch_and_op(NULL, &swapped, MPI_INT64_T, 0, kSwap, MPI_NO_OP, cells_win);
+  MPI_Win_unlock(0, cells_win);
+  MPI_Win_lock(MPI_LOCK_SHARED, next_rank(), 0, cells_win);
+  MPI_Get(&replaced, 1, MPI_INT64_T, next_rank(), kReplace, 1, MPI_INT64_T, cells_win);
+  MPI_Win_unlock(next_rank(), cells_win);
+  CHECK(sum == (int64_t)size * (size + 1) / 2, "shared accumulate sum: %lld", (long long)sum);
+  CHECK(replaced == mine, "shared accumulate replace: %lld", (long long)replaced);
+  check_one_swap_won(found, swapped, "shared compare_and_swap");
+
+  /* lock_all: a put to the next rank, flushed, is what a get from it then reads. */
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Win_lock_all(0, cells_win);
+  const int64_t flushed = mark(rank) * 3;
+  int64_t back = -1, peek = -1;
+  MPI_Put(&flushed, 1, MPI_INT64_T, next_rank(), kFlushed, 1, MPI_INT64_T, cells_win);
+  MPI_Win_flush(next_rank(), cells_win);
+  MPI_Get(&back, 1, MPI_INT64_T, next_rank(), kFlushed, 1, MPI_INT64_T, cells_win);
+  MPI_Fetch_and_op(NULL, &peek, MPI_INT64_T, next_rank(), kFlushed, MPI_NO_OP, cells_win);
+  MPI_Win_unlock_all(cells_win);
+  CHECK(back == flushed, "lock_all get after flushed put: %lld", (long long)back);
+  CHECK(peek == flushed, "lock_all fetch_and_op no_op after flushed put: %lld", (long long)peek);
+}
+
+static void rma_pscw(void) {
+  reset_cells(0);
+  /* Each rank exposes its window to the previous rank and accesses the next one's. */
+  MPI_Group world, from, to;
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  const int prev = prev_rank(), next = next_rank();
+  MPI_Group_incl(world, 1, &prev, &from);
+  MPI_Group_incl(world, 1, &next, &to);
+  cells[kGet] = mark(rank) * 5;
+  const int64_t mine = mark(rank), add = rank + 1, one = 1;
+  int64_t got = -1, ticket = -1, found = -1;
+  MPI_Win_post(from, 0, cells_win);
+  MPI_Win_start(to, 0, cells_win);
+  MPI_Put(&mine, 1, MPI_INT64_T, next, kPut, 1, MPI_INT64_T, cells_win);
+  MPI_Get(&got, 1, MPI_INT64_T, next, kGet, 1, MPI_INT64_T, cells_win);
+  MPI_Accumulate(&add, 1, MPI_INT64_T, next, kSum, 1, MPI_INT64_T, MPI_SUM, cells_win);
+  MPI_Accumulate(&mine, 1, MPI_INT64_T, next, kReplace, 1, MPI_INT64_T, MPI_REPLACE, cells_win);
+  MPI_Fetch_and_op(&one, &ticket, MPI_INT64_T, next, kTicket, MPI_SUM, cells_win);
+  const int64_t empty = 0;
+  MPI_Compare_and_swap(&mine, &empty, &found, MPI_INT64_T, next, kSwap, cells_win);
+  MPI_Win_complete(cells_win);
+  MPI_Win_wait(cells_win);
+  CHECK(cells[kPut] == mark(prev), "pscw put: %lld", (long long)cells[kPut]);
+  CHECK(got == mark(next) * 5, "pscw get: %lld", (long long)got);
+  CHECK(cells[kSum] == prev + 1, "pscw accumulate sum: %lld", (long long)cells[kSum]);
+  CHECK(cells[kReplace] == mark(prev), "pscw accumulate replace: %lld", (long long)cells[kReplace]);
+  CHECK(ticket == 0 && cells[kTicket] == 1, "pscw fetch_and_op sum: fetched %lld, holds %lld",
+        (long long)ticket, (long long)cells[kTicket]);
+  CHECK(found == 0 && cells[kSwap] == mark(prev), "pscw compare_and_swap: found %lld, holds %lld",
+        (long long)found, (long long)cells[kSwap]);
+  MPI_Group_free(&from);
+  MPI_Group_free(&to);
+  MPI_Group_free(&world);
+}
+
+/* 1 MiB to and from the next rank: larger than osc/rdma's 32 KiB buffers and than the puts and
+ * gets it issues in one piece, so it arrives in several. */
+static void rma_large(void) {
+  unsigned char* window = malloc(kBig);
+  unsigned char* out = malloc(kBig);
+  unsigned char* in = malloc(kBig);
+  CHECK(window != NULL && out != NULL && in != NULL, "malloc");
+  for (size_t i = 0; i < kBig; ++i) {
+    window[i] = (unsigned char)(i * 7 + rank);
+    out[i] = (unsigned char)(i * 131 + rank);
+  }
+  memset(in, 0, kBig);
+  MPI_Win win;
+  MPI_Win_create(window, kBig, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+  MPI_Win_fence(MPI_MODE_NOPRECEDE, win);
+  MPI_Get(in, kBig, MPI_BYTE, next_rank(), 0, kBig, MPI_BYTE, win);
+  MPI_Win_fence(0, win);
+  for (size_t i = 0; i < kBig; ++i) {
+    CHECK(in[i] == (unsigned char)(i * 7 + next_rank()), "1 MiB get: byte %zu differs", i);
+  }
+  MPI_Put(out, kBig, MPI_BYTE, next_rank(), 0, kBig, MPI_BYTE, win);
+  MPI_Win_fence(MPI_MODE_NOSUCCEED, win);
+  for (size_t i = 0; i < kBig; ++i) {
+    CHECK(window[i] == (unsigned char)(i * 131 + prev_rank()), "1 MiB put: byte %zu differs", i);
+  }
+  /* The same under lock_all, read back before the epoch ends. */
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (size_t i = 0; i < kBig; ++i) out[i] = (unsigned char)(i * 17 + rank);
+  memset(in, 0, kBig);
+  MPI_Win_lock_all(0, win);
+  MPI_Put(out, kBig, MPI_BYTE, next_rank(), 0, kBig, MPI_BYTE, win);
+  MPI_Win_flush(next_rank(), win);
+  MPI_Get(in, kBig, MPI_BYTE, next_rank(), 0, kBig, MPI_BYTE, win);
+  MPI_Win_unlock_all(win);
+  CHECK(memcmp(in, out, kBig) == 0, "1 MiB lock_all get after flushed put differs");
+  MPI_Win_free(&win);
+  free(window);
+  free(out);
+  free(in);
+}
+
+static void rma(void) {
+  cells = calloc(kCells, sizeof(int64_t));
+  CHECK(cells != NULL, "calloc");
+  MPI_Win_create(cells, kCells * sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, MPI_COMM_WORLD,
+                 &cells_win);
+  rma_fence();
+  rma_lock();
+  rma_pscw();
+  MPI_Win_free(&cells_win);
+  free(cells);
+  rma_large();
+}
+
 int main(int argc, char** argv) {
   const char* suite = argc > 1 ? argv[1] : "";
   int provided = MPI_THREAD_SINGLE;
@@ -270,8 +526,10 @@ int main(int argc, char** argv) {
     large();
   } else if (strcmp(suite, "onesided") == 0) {
     onesided();
+  } else if (strcmp(suite, "rma") == 0) {
+    rma();
   } else {
-    CHECK(0, "unknown suite '%s' (p2p, collectives, threads, large, onesided)", suite);
+    CHECK(0, "unknown suite '%s' (p2p, collectives, threads, large, onesided, rma)", suite);
   }
   /* Where the ranks ran: one network namespace per host in tests/mpi/mpi_test.sh. */
   const int namespaces = network_namespaces(MPI_COMM_WORLD);

@@ -12,6 +12,20 @@
 # libfabric's own providers out. mtl_ofi_verbose makes every rank print the provider its MTL
 # selected: the run passes only if each rank says "fabq" and the program prints its OK line.
 #
+# FABQ_MPI_ONESIDED=rdma also sends one-sided operations through fabq's RMA and atomics: Open
+# MPI's osc/rdma component over the ofi BTL (btl/ofi), both of which Debian's configuration
+# leaves out (btl = ^...,ofi; osc/rdma is only chosen for the BTLs it names):
+#   --mca osc rdma            the only one-sided component, so none can take over silently
+#   --mca osc_rdma_btls ofi   the BTL osc/rdma may use (its default names InfiniBand and UCX ones)
+#   --mca btl self,ofi        btl/ofi, and no other BTL that reaches another rank: vader (shared
+#                             memory) would do for ranks of one host and tcp could carry
+#                             point to point; with neither, a window without btl/ofi on fabq
+#                             fails to be created
+#   --mca btl_base_verbose 10 each rank prints "init of component ofi returned success" once
+#                             btl/ofi has opened its RMA endpoint, on fabq (FI_PROVIDER=fabq;
+#                             without fabq it says "returned failure")
+# The run passes only if every rank says so as well. Point to point stays on the ofi MTL.
+#
 # FI_PROVIDER_PATH must name the directory of the libfabq-fi.so under test. The program's
 # output must match the extended regular expression FABQ_MPI_EXPECT (default: tests/mpi/
 # mpi_check.c's OK line) and must not match FABQ_MPI_REJECT (default: nothing); FABQ_MPI_ARGS
@@ -27,6 +41,18 @@ shift 2
 limit=${FABQ_MPI_TIMEOUT:-100}
 expect=${FABQ_MPI_EXPECT:-': OK \('}
 reject=${FABQ_MPI_REJECT:-}
+onesided=${FABQ_MPI_ONESIDED:-}
+case $onesided in
+  '') onesided_args="" ;;
+  rdma)
+    onesided_args="--mca osc rdma --mca osc_rdma_btls ofi --mca btl self,ofi"
+    onesided_args="$onesided_args --mca btl_base_verbose 10"
+    ;;
+  *)
+    echo "mpi_test: unknown FABQ_MPI_ONESIDED '$onesided' (rdma or nothing)"
+    exit 2
+    ;;
+esac
 
 if ! command -v mpirun >/dev/null 2>&1; then
   echo "mpi_test: mpirun not found (scripts/setup installs openmpi-bin)"
@@ -53,7 +79,7 @@ done
 # shellcheck disable=SC2086
 set -- --allow-run-as-root --oversubscribe --bind-to none \
   --mca pml cm --mca mtl ofi --mca mtl_ofi_verbose 1 \
-  -x FI_PROVIDER_PATH -x FI_PROVIDER=fabq ${FABQ_MPI_ARGS:-} "$@"
+  -x FI_PROVIDER_PATH -x FI_PROVIDER=fabq $onesided_args ${FABQ_MPI_ARGS:-} "$@"
 if [ -n "$preload" ]; then
   set -- -x "LD_PRELOAD=$preload" -x "ASAN_OPTIONS=detect_leaks=0:${ASAN_OPTIONS:-}" \
     -x "TSAN_OPTIONS=report_signal_unsafe=0:${TSAN_OPTIONS:-}" "$@"
@@ -98,6 +124,11 @@ if [ "$selected" -ne "$ranks" ] || [ "$other" -ne 0 ]; then
   echo "mpi_test: FAILED: $selected of $ranks ranks selected fabq ($other another provider)"
   exit 1
 fi
+btl_ofi=$(grep -c 'select: init of component ofi returned success' "$out" || true)
+if [ "$onesided" = rdma ] && [ "$btl_ofi" -ne "$ranks" ]; then
+  echo "mpi_test: FAILED: btl/ofi opened on fabq in $btl_ofi of $ranks ranks"
+  exit 1
+fi
 if ! grep -Eq "$expect" "$out"; then
   echo "mpi_test: FAILED: the program printed no line matching '$expect'"
   exit 1
@@ -110,4 +141,4 @@ if [ "$mode" = hosts ] && [ "$ranks" -ge 3 ] && ! grep -q ': OK (.* 3 network na
   echo "mpi_test: FAILED: the ranks did not run in 3 network namespaces"
   exit 1
 fi
-echo "mpi_test: passed: $ranks ranks on fabq ($mode)"
+echo "mpi_test: passed: $ranks ranks on fabq ($mode${onesided:+, one-sided: osc/$onesided, btl/ofi})"
