@@ -880,8 +880,10 @@ ssize_t Endpoint::post_send(const SendRequest& req) {
         return -FI_EOPNOTSUPP;
       }
       const size_t size = core::atomic_datatype_size(req.datatype);
-      if (req.count == 0 || len != req.count * size) return -FI_EINVAL;
-      if (len > xport::kMaxAtomicBytes) return -FI_EMSGSIZE;
+      if (req.count == 0) return -FI_EINVAL;
+      // Before the product, which a huge count would wrap around.
+      if (req.count > xport::kMaxAtomicBytes || len > xport::kMaxAtomicBytes) return -FI_EMSGSIZE;
+      if (len != req.count * size) return -FI_EINVAL;
       const bool fetch = req.atomic_kind != xport::AtomicKind::kPlain;
       if (fetch && result_len != len) return -FI_EINVAL;
       if (req.atomic_kind == xport::AtomicKind::kCompare && compare_len != len) {

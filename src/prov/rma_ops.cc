@@ -56,8 +56,19 @@ struct RmaOps {
                    .result = iov,
                    .result_count = count});
   }
+  // A *msg call's one remote range must hold what the local buffers move.
+  static bool fits(const fi_msg_rma* msg) {
+    if (msg == nullptr || msg->rma_iov_count != 1 || msg->rma_iov == nullptr) return false;
+    if (msg->iov_count > xport::kMaxIov || (msg->iov_count > 0 && msg->msg_iov == nullptr)) {
+      return false;
+    }
+    size_t len = 0;
+    for (size_t i = 0; i < msg->iov_count; ++i) len += msg->msg_iov[i].iov_len;
+    return len <= msg->rma_iov[0].len;
+  }
+
   static ssize_t readmsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {
-    if (msg == nullptr || msg->rma_iov_count != 1 || msg->rma_iov == nullptr) return -FI_EINVAL;
+    if (!fits(msg)) return -FI_EINVAL;
     if ((flags & ~kRmaMsgFlags) != 0 || (flags & (FI_INJECT | FI_REMOTE_CQ_DATA)) != 0) {
       return -FI_EBADFLAGS;
     }
@@ -94,7 +105,7 @@ struct RmaOps {
                    .addr = addr});
   }
   static ssize_t writemsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {
-    if (msg == nullptr || msg->rma_iov_count != 1 || msg->rma_iov == nullptr) return -FI_EINVAL;
+    if (!fits(msg)) return -FI_EINVAL;
     if ((flags & ~kRmaMsgFlags) != 0) return -FI_EBADFLAGS;
     return one(f,
                {.iov = msg->msg_iov,

@@ -179,6 +179,10 @@ TEST_F(Atomic, AtomicsAreCheckedLikeEveryRemoteAccess) {
             -FI_EOPNOTSUPP);
   EXPECT_EQ(fi_atomic(a_->ep, &one, 0, nullptr, b_->addr, 0, kKey, FI_UINT64, FI_SUM, nullptr),
             -FI_EINVAL);
+  EXPECT_EQ(fi_atomic(a_->ep, &one, SIZE_MAX / 4 + 1, nullptr, b_->addr, 0, kKey, FI_UINT64, FI_SUM,
+                      nullptr),
+            -FI_EMSGSIZE)
+      << "a count whose bytes wrap around is refused, not truncated";
   std::vector<uint64_t> many(4096);
   EXPECT_EQ(fi_atomic(a_->ep, many.data(), many.size(), nullptr, b_->addr, 0, kKey, FI_UINT64,
                       FI_SUM, nullptr),

@@ -311,6 +311,8 @@ TEST_F(Rma, MisusedCallsAreRefusedAndPostNothing) {
   msg.rma_iov_count = 2;
   EXPECT_EQ(fi_writemsg(a_->ep, &msg, 0), -FI_EINVAL) << "rma_iov_limit is 1";
   msg.rma_iov_count = 1;
+  EXPECT_EQ(fi_writemsg(a_->ep, &msg, 0), -FI_EINVAL) << "8 bytes into a remote range of 4";
+  two[0].len = 8;
   EXPECT_EQ(fi_readmsg(a_->ep, &msg, FI_INJECT), -FI_EBADFLAGS);
   EXPECT_EQ(fi_write(a_->ep, nullptr, 8, nullptr, b_->addr, 0, 1, nullptr), -FI_EINVAL);
   EXPECT_EQ(fi_write(a_->ep, buf, 8, nullptr, FI_ADDR_NOTAVAIL, 0, 1, nullptr), -FI_EINVAL);
