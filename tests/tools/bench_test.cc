@@ -1,7 +1,7 @@
 // `fabq bench`: the figures it reduces, the verdicts it prints, the MSG scenarios' message
 // format, and the tool run end to end through libfabric (fabq against the tcp provider on the
 // queue scenarios; tcp-core on the MSG scenarios, and fabq on them ending in a figure or a
-// reason).
+// reason; fabq, tcp and shm on the RMA scenarios).
 #include <gtest/gtest.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_eq.h>
@@ -150,6 +150,30 @@ TEST(BenchMsgReport, LatencyRowsShowP50RangeAndP99InNsWithTheRatioToFabq) {
   EXPECT_NE(table.find("5000 ns (4000-6000)"), std::string::npos) << table;
   EXPECT_NE(table.find("7000 ns"), std::string::npos) << "p99, median over repetitions\n" << table;
   EXPECT_NE(table.find("12000 ns (12000-12000)"), std::string::npos) << table;
+}
+
+// RMA bandwidth rows: the time per operation in us with its range, and the bandwidth it makes.
+TEST(BenchRmaReport, BandwidthRowsShowTimePerOpAndTheBandwidth) {
+  const Scenario* bw = nullptr;
+  for (const Scenario& s : all_scenarios()) {
+    if (s.name == "rma-write-bw/64Ki") bw = &s;
+  }
+  ASSERT_NE(bw, nullptr);
+  EXPECT_EQ(bw->measure, Measure::kBandwidth);
+  EXPECT_EQ(bw->msg_size, 64u << 10);
+  const std::vector<const ProviderSpec*> providers = {find_provider("fabq"), find_provider("tcp")};
+  const std::vector<std::vector<std::vector<Sample>>> samples = {{
+      {ok_sample(32'768), ok_sample(30'000), ok_sample(40'000)},
+      {ok_sample(131'072)},
+  }};
+  const std::vector<Summary> rows = summarize({bw}, providers, samples);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].ratio, 4);
+  const std::string table = format_table(rows, RunInfo{"now", "fabq bench", 3, Options{}});
+  EXPECT_NE(table.find("time per op"), std::string::npos) << table;
+  EXPECT_NE(table.find("32.8 us (30.0-40.0)"), std::string::npos) << table;
+  EXPECT_NE(table.find("2.00 GB/s"), std::string::npos) << "64 KiB in 32.8 us\n" << table;
+  EXPECT_NE(table.find("500.0 MB/s"), std::string::npos) << "64 KiB in 131 us\n" << table;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -436,10 +460,33 @@ TEST(BenchTool, ListWithScenariosNamesTheMsgScenariosAPrefixSelects) {
   EXPECT_EQ(run_tool("bench --list --scenarios msg-ping").status, 2) << "not at a boundary";
 }
 
-// The queue scenarios (EQ, CQ, counter); the MSG ones have tests of their own below.
+TEST(BenchTool, ListWithScenariosNamesTheRmaScenariosAPrefixSelects) {
+  std::vector<std::string> rma;
+  for (const char* kind : {"rma-write-lat/", "rma-write-bw/", "rma-read-bw/"}) {
+    for (const char* size : {"8", "64", "4Ki", "64Ki", "1Mi", "4Mi"}) {
+      rma.push_back(std::string(kind) + size);
+    }
+  }
+  rma.push_back("rma-atomic/sum");
+  rma.push_back("rma-fetch-atomic/sum");
+  for (const char* selector : {"rma", "rma-"}) {
+    const ToolRun r = run_tool(std::string("bench --list --scenarios ") + selector);
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(listed(r.out), rma) << selector << "\n" << r.out;
+  }
+  const ToolRun lat = run_tool("bench --list --scenarios rma-write-lat,rma-fetch-atomic");
+  ASSERT_EQ(lat.status, 0) << lat.out;
+  std::vector<std::string> want(rma.begin(), rma.begin() + 6);
+  want.push_back("rma-fetch-atomic/sum");
+  EXPECT_EQ(listed(lat.out), want) << lat.out;
+}
+
+// The queue scenarios (EQ, CQ, counter); the MSG and RMA ones have tests of their own below.
 size_t queue_scenario_count() {
   size_t n = 0;
-  for (const Scenario& s : all_scenarios()) n += s.name.rfind("msg-", 0) != 0;
+  for (const Scenario& s : all_scenarios()) {
+    n += s.name.rfind("msg-", 0) != 0 && s.name.rfind("rma-", 0) != 0;
+  }
   return n;
 }
 
@@ -528,6 +575,45 @@ TEST(BenchTool, MsgScenariosOnFabqEndWithAFigureOrAReason) {
   const size_t at = r.out.find(said);
   ASSERT_NE(at, std::string::npos) << r.out;
   EXPECT_GT(r.out.find('\n', at) - at, said.size() + 5) << "a reason follows\n" << r.out;
+}
+
+// The RMA scenarios, quick, on fabq and libfabric's RDM providers: every kind (a small and a
+// large size each) runs, validates and reports a figure on fabq, tcp (ofi_rxm over tcp) and
+// shm; providers without FI_EP_RDM endpoints of their own (tcp-core) are reported unsupported
+// with the reason, never FAILED; the report and its plot are written.
+TEST(BenchTool, QuickRmaRunWritesReadsAndAddsOnFabqTcpAndShm) {
+  char dir[] = "/tmp/fabq-bench-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const char* const scenarios[] = {"rma-write-lat/8",   "rma-write-lat/64Ki",  "rma-write-bw/64",
+                                   "rma-write-bw/64Ki", "rma-read-bw/64",      "rma-read-bw/64Ki",
+                                   "rma-atomic/sum",    "rma-fetch-atomic/sum"};
+  std::string list;
+  for (const char* s : scenarios) list += std::string(list.empty() ? "" : ",") + s;
+  const ToolRun r = run_tool(
+      "bench --quick --reps 1 --providers fabq,tcp,shm,tcp-core "
+      "--scenarios " +
+          list + " --out " + dir,
+      "timeout 120");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(read_file(std::string(dir) + "/bench.json").find("\"gb_per_s\""), std::string::npos);
+  if (system("command -v gnuplot >/dev/null 2>&1") == 0) {
+    EXPECT_NE(read_file(std::string(dir) + "/bench.svg").find("<svg"), std::string::npos);
+  }
+  EXPECT_EQ(system((std::string("rm -rf ") + dir).c_str()), 0);
+  for (const char* scenario : scenarios) {
+    const size_t at = r.out.find(std::string("\n") + scenario + ":");
+    ASSERT_NE(at, std::string::npos) << scenario << "\n" << r.out;
+    const std::string block = r.out.substr(at, r.out.find("\n\n", at + 1) - at);
+    for (const char* p : {"fabq      ", "tcp       ", "shm       "}) {
+      const size_t line = block.find(std::string("\n  ") + p);
+      ASSERT_NE(line, std::string::npos) << p << "\n" << block;
+      const std::string rest = block.substr(line + 3 + std::strlen(p), 12);
+      EXPECT_EQ(rest.find("FAILED"), std::string::npos) << p << "\n" << block;
+      EXPECT_EQ(rest.find("unsupported"), std::string::npos) << p << "\n" << block;
+    }
+    EXPECT_NE(block.find("tcp-core  unsupported: "), std::string::npos) << block;
+    EXPECT_NE(block.find("no FI_EP_RDM endpoint of tcp itself"), std::string::npos) << block;
+  }
 }
 
 }  // namespace

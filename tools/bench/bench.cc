@@ -51,8 +51,9 @@ void usage(FILE* out) {
                "  --scenarios LIST   comma-separated names or prefixes ending before or at a\n"
                "                     '/' or '-' (default: all): 'eq-wake' selects\n"
                "                     eq-wake/<wait object> and eq-wake-idle/..., 'eq' every EQ\n"
-               "                     scenario, 'msg' (or 'msg-') every MSG scenario, and\n"
-               "                     'msg-pingpong' the ping-pong at every size\n"
+               "                     scenario, 'msg' (or 'msg-') every MSG scenario,\n"
+               "                     'msg-pingpong' the ping-pong at every size and 'rma'\n"
+               "                     every RMA and atomic scenario\n"
                "  --reps N           repetitions per scenario and provider (default 7)\n"
                "  --gap-us N         writer's pause before each wake-up (default 5)\n"
                "  --quick            smaller samples and 2 repetitions (a smoke run)\n"
@@ -60,7 +61,10 @@ void usage(FILE* out) {
                "  --list             list the chosen scenarios and the providers, then exit\n"
                "\n"
                "The MSG scenarios (msg-*) connect two FI_EP_MSG endpoints over TCP on\n"
-               "127.0.0.1, one per thread; they run on fabq, tcp-core and sockets.\n");
+               "127.0.0.1, one per thread; they run on fabq, tcp-core and sockets.\n"
+               "The RMA scenarios (rma-*) pair two FI_EP_RDM endpoints, one per thread, one\n"
+               "writing, reading or adding to the other's memory region; they run on fabq,\n"
+               "tcp (ofi_rxm over tcp), sockets and shm.\n");
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -166,6 +170,9 @@ int run_bench(int argc, char** argv) {
     options.msg_round_trips = 200;
     options.msg_messages = 2'000;
     options.msg_bytes = 4ULL << 20;
+    options.rma_round_trips = 200;
+    options.rma_ops = 2'000;
+    options.rma_bytes = 4ULL << 20;
     reps = std::min(reps, 2);
   }
 

@@ -3,7 +3,9 @@
 //
 // Layout: providers.cc opens a provider's fabric and domain by name; scenarios.cc holds the
 // queue scenarios, each validating everything it reads; msg.cc (msg.h) the scenarios over
-// FI_EP_MSG connections, msg_peer.cc (msg_peer.h) those connections; isolate.cc runs one
+// FI_EP_MSG connections, msg_peer.cc (msg_peer.h) those connections; rma.cc (rma.h) the RMA
+// and atomic scenarios over FI_EP_RDM endpoints, rma_side.cc (rma_side.h) their two sides,
+// memory regions and operations; isolate.cc runs one
 // provider's scenarios in a child process; stats.cc reduces samples; report.cc prints the table
 // and writes CSV, JSON and the gnuplot plot; bench.cc parses options and interleaves the
 // providers.
@@ -70,6 +72,13 @@ struct Options {
   uint64_t msg_messages = 10'000;    // timed messages per msg-rate / msg-comp-rate sample
   uint64_t msg_bytes = 64ULL << 20;
   uint64_t msg_window = 64;  // sends in flight in msg-rate and msg-comp-rate (as fi_msg_bw)
+  // RMA scenarios, sized the same way: each sample moves at most rma_bytes one way (the
+  // ping-pong: each way); a wait for one completion or for the peer's bytes longer than
+  // timeout_ms fails.
+  uint64_t rma_round_trips = 1'000;  // timed round trips per rma-write-lat sample
+  uint64_t rma_ops = 10'000;         // timed operations per bandwidth or atomic sample
+  uint64_t rma_bytes = 64ULL << 20;
+  uint64_t rma_window = 64;  // operations in flight (as fi_rma_bw's default window)
 };
 
 // How a scenario's figure reads.
@@ -77,6 +86,8 @@ enum class Measure {
   kNsPerEvent,  // throughput: wall time per event, lower is better
   kWakeNs,      // latency from the wake call to the blocked reader's return: p50 (and p99)
   kLatencyNs,   // one-way message latency (round trip / 2): p50 (and p99) over the round trips
+  kBandwidth,   // wall time per operation of Scenario::msg_size bytes, lower is better; the
+                // report shows the bandwidth it makes beside it
 };
 
 // One run of a scenario on a provider.
@@ -96,7 +107,7 @@ struct Scenario {
   Measure measure;
   Sample (*run)(const Scenario&, const Provider&, const Options&);
   int wait_obj;         // enum fi_wait_obj the queue is opened with
-  size_t msg_size = 0;  // MSG scenarios: bytes per message
+  size_t msg_size = 0;  // MSG and RMA scenarios: bytes per message or operation
 };
 
 // Runs scenarios[i] for each i in `todo`, in that order, on `spec` in a child process, and
@@ -106,7 +117,7 @@ void run_isolated(const ProviderSpec& spec, const std::vector<const Scenario*>& 
                   std::vector<size_t> todo, const Options& o, int hang_ms,
                   std::vector<Sample>* out);
 
-// Every scenario, in report order: the queue scenarios, then the MSG ones.
+// Every scenario, in report order: the queue scenarios, then the MSG ones, then the RMA ones.
 const std::vector<Scenario>& all_scenarios();
 
 // Heap allocations so far in this process, or -1 when the build does not count them.

@@ -33,7 +33,7 @@ void MsgFormat::fill(void* buf) const {
 }
 
 void MsgFormat::stamp(void* buf, uint64_t seq, MsgDir dir) const {
-  const uint64_t v = seq << 1 | static_cast<uint64_t>(dir);
+  const uint64_t v = stamp_value(seq, dir);
   for (const size_t off : stamps_) std::memcpy(static_cast<uint8_t*>(buf) + off, &v, sizeof(v));
 }
 

@@ -40,6 +40,11 @@ class MsgFormat {
   void fill(void* buf) const;
   // Stamps message `seq` (> 0) going `dir` into `buf`, which holds the pattern.
   void stamp(void* buf, uint64_t seq, MsgDir dir) const;
+  // The 8 bytes stamp() writes, which also end every message: what a reader polling the last
+  // bytes of a buffer (the RMA ping-pong) waits for.
+  static uint64_t stamp_value(uint64_t seq, MsgDir dir) {
+    return seq << 1 | static_cast<uint64_t>(dir);
+  }
   // Checks the `len` bytes received in `buf` as one message going `dir`: the length, every
   // stamp and every byte between them. True with the message's sequence number in *seq;
   // false with the first difference in *why.

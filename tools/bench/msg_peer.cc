@@ -39,11 +39,7 @@ Sample unsupported(std::string why) {
   return s;
 }
 
-// The first two CPUs this process may run on, or -1s when it may use fewer than two.
-struct CpuPair {
-  cpu_set_t allowed;
-  int cpu[2] = {-1, -1};
-};
+}  // namespace
 
 CpuPair pick_cpus() {
   CpuPair pair;
@@ -56,7 +52,6 @@ CpuPair pick_cpus() {
   return pair;
 }
 
-// Pins the calling thread to `cpu` (nothing when cpu < 0). A failure only costs steadiness.
 void pin_to(int cpu) {
   if (cpu < 0) return;
   cpu_set_t set;
@@ -64,8 +59,6 @@ void pin_to(int cpu) {
   CPU_SET(cpu, &set);
   (void)sched_setaffinity(0, sizeof(set), &set);
 }
-
-}  // namespace
 
 std::string Peer::state() const {
   if (!tx_ || !rx_) return "";

@@ -31,6 +31,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <sched.h>
 #include <time.h>
 
 #include <atomic>
@@ -421,6 +422,16 @@ class Peer {
   FidPtr<fid_pep> pep_;
   FidPtr<fid_ep> ep_;
 };
+
+// The first two CPUs this process may run on, or -1s when it may use fewer than two: the two
+// sides of a scenario run pinned one to each.
+struct CpuPair {
+  cpu_set_t allowed;
+  int cpu[2] = {-1, -1};
+};
+CpuPair pick_cpus();
+// Pins the calling thread to `cpu` (nothing when cpu < 0). A failure only costs steadiness.
+void pin_to(int cpu);
 
 // One side's part in a scenario: its queue depths and what it does once connected.
 struct Part {

@@ -32,7 +32,14 @@ const char* state_name(Sample::State s) {
 }
 
 const char* unit(Measure m) {
-  return m == Measure::kNsPerEvent ? "ns/event" : "ns";
+  switch (m) {
+    case Measure::kNsPerEvent:
+      return "ns/event";
+    case Measure::kBandwidth:
+      return "ns/op";
+    default:
+      return "ns";
+  }
 }
 
 // Whether a scenario's figure is a latency with a p99 beside its p50.
@@ -46,8 +53,29 @@ std::string fmt(const char* f, auto... args) {
   return buf;
 }
 
+// The bytes each operation of a kBandwidth scenario moves; 0 for any other.
+size_t op_bytes(const std::string& scenario) {
+  for (const Scenario& s : all_scenarios()) {
+    if (s.name == scenario) return s.measure == Measure::kBandwidth ? s.msg_size : 0;
+  }
+  return 0;
+}
+
+// A kBandwidth figure as bandwidth: bytes per ns are GB/s.
+std::string bandwidth(size_t bytes, double ns_per_op) {
+  if (bytes == 0 || ns_per_op <= 0) return "-";
+  const double gbps = static_cast<double>(bytes) / ns_per_op;
+  return gbps >= 1 ? fmt("%.2f GB/s", gbps) : fmt("%.1f MB/s", gbps * 1e3);
+}
+
+// RMA operations take 100 ns to tens of ms: in us, with three significant digits or more.
+const char* us_format(double ns) {
+  return ns < 10'000 ? "%.3f" : ns < 1'000'000 ? "%.1f" : "%.0f";
+}
+
 // Throughput in ns with one decimal; wake latencies in µs with two; message latencies in whole
-// ns (they run from µs to ms, and the MSG targets compare them in ns).
+// ns (they run from µs to ms, and the MSG targets compare them in ns); RMA operations in us
+// (us_format).
 std::string figure(Measure m, double ns) {
   switch (m) {
     case Measure::kNsPerEvent:
@@ -56,6 +84,8 @@ std::string figure(Measure m, double ns) {
       return fmt("%.2f us", ns / 1000);
     case Measure::kLatencyNs:
       return fmt("%.0f ns", ns);
+    case Measure::kBandwidth:
+      return fmt(us_format(ns), ns / 1e3) + " us";
   }
   return "?";
 }
@@ -68,6 +98,8 @@ std::string figure_range(Measure m, double lo, double hi) {
       return fmt("%.2f-%.2f", lo / 1e3, hi / 1e3);
     case Measure::kLatencyNs:
       return fmt("%.0f-%.0f", lo, hi);
+    case Measure::kBandwidth:
+      return fmt(us_format(hi), lo / 1e3) + "-" + fmt(us_format(hi), hi / 1e3);
   }
   return "?";
 }
@@ -167,7 +199,8 @@ std::string plot_data(const std::vector<Summary>& rows, const std::vector<std::s
     out += s;
     for (const std::string& p : providers) {
       const Summary* r = find(rows, s, p);
-      const double v = !ok(r) ? 0 : (p99 ? r->p99 : r->median) / (has_p99(m) ? 1e3 : 1);
+      double v = !ok(r) ? 0 : (p99 ? r->p99 : r->median) / (has_p99(m) ? 1e3 : 1);
+      if (ok(r) && m == Measure::kBandwidth) v = static_cast<double>(op_bytes(s)) / r->median;
       out += ok(r) ? fmt(" %.4g", v) : " NaN";
     }
     out += "\n";
@@ -198,8 +231,10 @@ bool write_plot(const std::string& dir, const std::vector<Summary>& rows) {
        "[0.1:*]"},
       {"bench-wake-p99.dat", Measure::kWakeNs, true, "Wake latency, p99", "microseconds",
        "[0.1:*]"},
-      {"bench-msg-latency.dat", Measure::kLatencyNs, false, "MSG one-way latency, p50",
-       "microseconds", "[0.1:*]"},
+      {"bench-msg-latency.dat", Measure::kLatencyNs, false,
+       "One-way latency, p50: MSG and RMA write ping-pong", "microseconds", "[0.1:*]"},
+      {"bench-rma-bandwidth.dat", Measure::kBandwidth, false, "RMA bandwidth (higher is better)",
+       "GB/s", "[0.001:*]"},
   };
   // gnuplot stops at a histogram column without a valid point: a panel shows the providers
   // with a figure in it (fabq has none in the MSG panels until its transport lands), and
@@ -235,7 +270,7 @@ bool write_plot(const std::string& dir, const std::vector<Summary>& rows) {
   gp += "set output 'bench.svg'\n";
   gp +=
       fmt("set multiplot layout %zu,1 title 'fabq bench: fabq against libfabric providers "
-          "(medians, log scale, lower is better)'\n",
+          "(medians, log scale, lower is better but for bandwidth)'\n",
           panels.size());
   gp += "set style data histograms\nset style histogram clustered gap 1\n";
   gp += "set style fill solid 0.85 border -1\nset boxwidth 0.9\nset logscale y\n";
@@ -328,6 +363,9 @@ std::string format_table(const std::vector<Summary>& rows, const RunInfo& run) {
       } else if (r.measure == Measure::kLatencyNs) {
         out << fmt("  %-9s %-28s %10s %10s %8s\n", "provider", "one-way p50", "p99", "allocs/msg",
                    "x fabq");
+      } else if (r.measure == Measure::kBandwidth) {
+        out << fmt("  %-9s %-28s %11s %10s %8s\n", "provider", "time per op", "bandwidth",
+                   "allocs/op", "x fabq");
       } else {
         out << fmt("  %-9s %-28s %10s %10s %10s %8s\n", "provider", "p50 wake", "p99", "reader cpu",
                    "allocs/ev", "x fabq");
@@ -349,6 +387,9 @@ std::string format_table(const std::vector<Summary>& rows, const RunInfo& run) {
     } else if (r.measure == Measure::kLatencyNs) {
       out << fmt("  %-9s %-28s %10s %10s %8s\n", r.provider.c_str(), fig.c_str(),
                  figure(r.measure, r.p99).c_str(), allocs.c_str(), ratio.c_str());
+    } else if (r.measure == Measure::kBandwidth) {
+      out << fmt("  %-9s %-28s %11s %10s %8s\n", r.provider.c_str(), fig.c_str(),
+                 bandwidth(op_bytes(r.scenario), r.median).c_str(), allocs.c_str(), ratio.c_str());
     } else {
       const std::string cpu = r.reader_cpu < 0 ? "-" : fmt("%.0f%%", r.reader_cpu * 100);
       out << fmt("  %-9s %-28s %10s %10s %10s %8s\n", r.provider.c_str(), fig.c_str(),
@@ -469,6 +510,10 @@ bool write_reports(const std::string& dir, const std::vector<Summary>& rows, con
       json += fmt(", \"reps\": %zu, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f", r.reps,
                   r.median, r.min, r.max);
       if (has_p99(r.measure)) json += fmt(", \"p99\": %.3f", r.p99);
+      if (r.measure == Measure::kBandwidth && r.median > 0) {
+        json += fmt(", \"bytes_per_op\": %zu, \"gb_per_s\": %.4f", op_bytes(r.scenario),
+                    static_cast<double>(op_bytes(r.scenario)) / r.median);
+      }
       if (r.reader_cpu >= 0) json += fmt(", \"reader_cpu\": %.3f", r.reader_cpu);
       if (r.allocs >= 0) json += fmt(", \"allocs_per_event\": %.4f", r.allocs);
       if (r.ratio > 0) json += fmt(", \"ratio_to_fabq\": %.3f", r.ratio);

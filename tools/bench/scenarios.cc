@@ -19,6 +19,7 @@
 
 #include "tools/bench/bench.h"
 #include "tools/bench/msg.h"
+#include "tools/bench/rma.h"
 
 namespace fabq::tools::bench {
 namespace {
@@ -531,6 +532,7 @@ const std::vector<Scenario>& all_scenarios() {
   static const std::vector<Scenario> all = [] {
     std::vector<Scenario> v = queue_scenarios();
     v.insert(v.end(), msg_scenarios().begin(), msg_scenarios().end());
+    v.insert(v.end(), rma_scenarios().begin(), rma_scenarios().end());
     return v;
   }();
   return all;

@@ -1,0 +1,451 @@
+// The RMA and atomic scenarios, on two FI_EP_RDM endpoints (rma_side.h), as fabtests measure
+// them:
+//
+// - rma-write-lat/<size>: fi_rma_pingpong -o write. Each side writes message k into slot k % 2
+//   of the other's region (fi_inject_write up to the provider's inject size, fi_write beyond)
+//   and the other polls the last 8 bytes of that slot, reading its CQ meanwhile (which is
+//   what moves the bytes with manual progress), until they hold k's stamp; then it writes k
+//   back. One-way latency = round trip / 2. fi_rma_pingpong polls the last byte alone; the
+//   last 8 bytes hold a stamp that names the message and its direction.
+// - rma-write-bw/<size>, rma-read-bw/<size>: fi_rma_bw -o write / -o read. A window of
+//   operations in flight (64, fewer for large sizes; fi_rma_bw's default window is 64), each
+//   completion read from the initiator's CQ frees its slot for the next operation; a warm-up
+//   round as long as the timed one. Figure: wall time per operation of the timed round.
+// - rma-atomic/sum, rma-fetch-atomic/sum: fi_rdm_atomic's FI_SUM on FI_UINT64, a window of 64
+//   fi_atomic or fi_fetch_atomic in flight on one counter.
+//
+// What is read is checked whole: every byte of every read's buffer (MsgFormat), every byte the
+// ping-pong delivers, the writes' region at the end of each round (each slot holding the last
+// write into it, whole), the counter after each round (the sum of every add, and the bytes
+// around it untouched) and every fetched value (each one once, within the round's range); and
+// every completion's context and flags (rma_side.h).
+#include "tools/bench/rma.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tools/bench/msg.h"
+#include "tools/bench/rma_side.h"
+
+namespace fabq::tools::bench {
+namespace rma {
+namespace {
+
+double allocs_per(int64_t before, int64_t after, uint64_t events) {
+  if (before < 0 || after < 0 || events == 0) return -1;
+  return static_cast<double>(after - before) / static_cast<double>(events);
+}
+
+// Operations per sample: `base`, fewer for large sizes so that a sample moves at most
+// Options::rma_bytes, but never fewer than `least`.
+uint64_t count_for(uint64_t base, uint64_t least, size_t size, const Options& o) {
+  return std::max(least, std::min(base, o.rma_bytes / size));
+}
+
+// Operations in flight: Options::rma_window, fewer when they would hold over 16 MiB.
+size_t window_for(size_t size, const Options& o) {
+  return std::max<size_t>(4, std::min<size_t>(o.rma_window, (16u << 20) / size));
+}
+
+// The 8 bytes at `p` (8-aligned), which the provider may be writing.
+uint64_t load(const uint8_t* p) {
+  return __atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_ACQUIRE);
+}
+
+// What the sides measure and tell each other. Each member is written by one side and read by
+// the other only after a barrier both passed, or by the caller after the server's thread
+// ended.
+struct Shared {
+  std::vector<double> half_rtt;  // rma-write-lat: one per timed round trip
+  int64_t start = 0, end = 0;    // the client's timed round
+  int64_t allocs0 = -1, allocs1 = -1;
+  std::vector<uint64_t> last;  // rma-write-bw: the last write into each slot of the region
+  uint64_t counter = 0;        // atomics: what the counter holds after the round
+};
+
+constexpr int kRounds = 2;  // a warm-up round, then the timed one
+
+// --- rma-write-lat
+
+bool lat_side(Side& s, int side, const MsgFormat& f, uint64_t warm, uint64_t timed, Shared* sh) {
+  const size_t n = f.size();
+  const MsgDir out = side == 1 ? MsgDir::kToServer : MsgDir::kToClient;
+  const MsgDir in = side == 1 ? MsgDir::kToClient : MsgDir::kToServer;
+  const bool inject = n <= s.inject_limit();
+  for (size_t i = 0; i < s.window(); ++i) f.fill(s.local() + i * n);
+  auto send = [&](uint64_t k) {
+    const size_t to = (k % 2) * n;
+    if (inject) {
+      f.stamp(s.local(), k, out);
+      return s.inject_write(0, n, to);
+    }
+    size_t slot = 0;
+    if (!s.acquire(&slot)) return false;
+    f.stamp(s.local() + slot * n, k, out);
+    return s.write(slot, k, slot * n, n, to);
+  };
+  auto arrived = [&](uint64_t k) {
+    const uint8_t* last = s.target() + (k % 2) * n + n - 8;
+    const uint64_t want = MsgFormat::stamp_value(k, in);
+    if (load(last) == want) return true;
+    return s.wait_until("the peer's write did not arrive", [&] { return load(last) == want; });
+  };
+  // The slot is the peer's to write again only after this side's next write: stable here.
+  auto check = [&](uint64_t k) {
+    const uint8_t* buf = s.target() + (k % 2) * n;
+    std::string why;
+    uint64_t seq = 0;
+    auto whole = [&] {
+      if (!f.check(buf, n, in, &seq, &why)) return false;
+      if (seq == k) return true;
+      why = fmt("message %llu where %llu was due", static_cast<unsigned long long>(seq),
+                static_cast<unsigned long long>(k));
+      return false;
+    };
+    // Its last bytes came; a provider may still be placing the others.
+    return whole() || s.wait_until("the written bytes were not all there", whole, &why);
+  };
+  for (uint64_t k = 1; k <= warm + timed; ++k) {
+    if (side == 0) {
+      if (!arrived(k) || !send(k) || !check(k)) return false;
+      continue;
+    }
+    if (k == warm + 1) sh->allocs0 = heap_allocations_now();
+    const int64_t t0 = now_ns();
+    if (!send(k) || !arrived(k)) return false;
+    const int64_t t1 = now_ns();
+    if (k > warm) sh->half_rtt[k - warm - 1] = static_cast<double>(t1 - t0) / 2;
+    if (!check(k)) return false;
+  }
+  if (side == 1) sh->allocs1 = heap_allocations_now();
+  return true;
+}
+
+Sample write_lat(const Scenario& sc, const Provider& p, const Options& o) {
+  const size_t n = sc.msg_size;
+  const uint64_t timed = count_for(o.rma_round_trips, 50, n, o);
+  const uint64_t warm = std::max<uint64_t>(timed / 10, 10);
+  const MsgFormat f(n);
+  Shared sh;
+  sh.half_rtt.resize(timed);
+  // Each side: 2 slots the other writes into, 2 sources (the next write never waits for the
+  // last one's completion).
+  const Needs needs{.target_bytes = 2 * n, .local_bytes = 2 * n, .window = 2, .op_bytes = n};
+  const Part server{needs, [&](Side& s) { return lat_side(s, 0, f, warm, timed, &sh); }};
+  const Part client{needs, [&](Side& c) { return lat_side(c, 1, f, warm, timed, &sh); }};
+  Sample s = run_pair(p, o, server, client);
+  if (s.state != Sample::State::kOk) return s;
+  s.p99 = quantile(&sh.half_rtt, 0.99);
+  s.value = quantile(&sh.half_rtt, 0.50);
+  s.allocs = allocs_per(sh.allocs0, sh.allocs1, 2 * timed);
+  return s;
+}
+
+// --- rma-write-bw
+
+// The client writes message seq from its slot j into slot j of the server's region; after
+// each round the server checks that every slot holds, whole, the last message written to it.
+bool write_bw_client(Side& c, const MsgFormat& f, uint64_t ops, Shared* sh) {
+  const size_t n = f.size();
+  for (size_t i = 0; i < c.window(); ++i) f.fill(c.local() + i * n);
+  uint64_t seq = 0;
+  for (int round = 1; round <= kRounds; ++round) {
+    const bool timed = round == kRounds;
+    if (!c.barrier(true)) return false;  // the server has checked the last round
+    if (timed) {
+      sh->allocs0 = heap_allocations_now();
+      sh->start = now_ns();
+    }
+    for (uint64_t i = 0; i < ops; ++i) {
+      size_t slot = 0;
+      if (!c.acquire(&slot)) return false;
+      f.stamp(c.local() + slot * n, ++seq, MsgDir::kToServer);
+      sh->last[slot] = seq;
+      if (!c.write(slot, seq, slot * n, n, slot * n)) return false;
+    }
+    if (!c.drain()) return false;
+    if (timed) {
+      sh->end = now_ns();
+      sh->allocs1 = heap_allocations_now();
+    }
+    if (!c.barrier(true)) return false;  // the round is over: the server checks
+  }
+  return true;
+}
+
+bool write_bw_server(Side& s, const MsgFormat& f, Shared* sh) {
+  const size_t n = f.size();
+  for (int round = 1; round <= kRounds; ++round) {
+    if (!s.barrier(true) || !s.barrier(true)) return false;
+    for (size_t slot = 0; slot < sh->last.size(); ++slot) {
+      if (sh->last[slot] == 0) continue;
+      const uint8_t* buf = s.target() + slot * n;
+      std::string why;
+      auto whole = [&] {
+        uint64_t seq = 0;
+        if (!f.check(buf, n, MsgDir::kToServer, &seq, &why)) {
+          why = fmt("slot %zu: ", slot) + why;
+          return false;
+        }
+        if (seq == sh->last[slot]) return true;
+        why = fmt("slot %zu holds write %llu where the last one to it was %llu", slot,
+                  static_cast<unsigned long long>(seq),
+                  static_cast<unsigned long long>(sh->last[slot]));
+        return false;
+      };
+      // Completions at the initiator need not mean the bytes are placed (FI_TRANSMIT_COMPLETE):
+      // the server reads its CQ until they are, within the timeout.
+      if (!whole() &&
+          !s.wait_until("the completed writes were not all in the region", whole, &why)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+Sample write_bw(const Scenario& sc, const Provider& p, const Options& o) {
+  const size_t n = sc.msg_size;
+  const size_t window = window_for(n, o);
+  const uint64_t ops = count_for(o.rma_ops, 4 * window, n, o);
+  const MsgFormat f(n);
+  Shared sh;
+  sh.last.assign(window, 0);
+  const Part server{{.target_bytes = window * n, .op_bytes = n},
+                    [&](Side& s) { return write_bw_server(s, f, &sh); }};
+  const Part client{{.local_bytes = window * n, .window = window, .op_bytes = n},
+                    [&](Side& c) { return write_bw_client(c, f, ops, &sh); }};
+  Sample s = run_pair(p, o, server, client);
+  if (s.state != Sample::State::kOk) return s;
+  s.value = static_cast<double>(sh.end - sh.start) / static_cast<double>(ops);
+  s.allocs = allocs_per(sh.allocs0, sh.allocs1, ops);
+  return s;
+}
+
+// --- rma-read-bw
+
+// The server's region holds two messages, 1 and 2; each read into a client slot takes the one
+// that slot does not hold, so a read that left its buffer alone is caught too.
+bool read_bw_server(Side& s, const MsgFormat& f) {
+  for (uint64_t r = 0; r < 2; ++r) {
+    f.fill(s.target() + r * f.size());
+    f.stamp(s.target() + r * f.size(), r + 1, MsgDir::kToClient);
+  }
+  return s.barrier(true);  // filled: the client may read (finish() polls until it is done)
+}
+
+bool read_bw_client(Side& c, const MsgFormat& f, uint64_t ops, Shared* sh) {
+  const size_t n = f.size();
+  std::vector<uint64_t> held(c.window(), 1);  // which message each slot holds (none yet)
+  c.on_done([&](size_t slot, uint64_t r) {
+    std::string why;
+    uint64_t seq = 0;
+    if (!f.check(c.local() + slot * n, n, MsgDir::kToClient, &seq, &why)) {
+      return c.fail(fmt("fi_read into slot %zu: ", slot) + why);
+    }
+    if (seq != r + 1) {
+      return c.fail(fmt("fi_read into slot %zu brought message %llu where %llu was read", slot,
+                        static_cast<unsigned long long>(seq),
+                        static_cast<unsigned long long>(r + 1)));
+    }
+    return true;
+  });
+  if (!c.barrier(true)) return false;
+  for (int round = 1; round <= kRounds; ++round) {
+    const bool timed = round == kRounds;
+    if (timed) {
+      sh->allocs0 = heap_allocations_now();
+      sh->start = now_ns();
+    }
+    for (uint64_t i = 0; i < ops; ++i) {
+      size_t slot = 0;
+      if (!c.acquire(&slot)) return false;
+      const uint64_t r = 1 - held[slot];
+      held[slot] = r;
+      if (!c.read(slot, r, slot * n, n, r * n)) return false;
+    }
+    if (!c.drain()) return false;
+    if (timed) {
+      sh->end = now_ns();
+      sh->allocs1 = heap_allocations_now();
+    }
+  }
+  c.on_done(nullptr);  // it refers to this frame
+  return true;
+}
+
+Sample read_bw(const Scenario& sc, const Provider& p, const Options& o) {
+  const size_t n = sc.msg_size;
+  const size_t window = window_for(n, o);
+  const uint64_t ops = count_for(o.rma_ops, 4 * window, n, o);
+  const MsgFormat f(n);
+  Shared sh;
+  const Part server{{.target_bytes = 2 * n, .op_bytes = n},
+                    [&](Side& s) { return read_bw_server(s, f); }};
+  const Part client{{.local_bytes = window * n, .window = window, .op_bytes = n},
+                    [&](Side& c) { return read_bw_client(c, f, ops, &sh); }};
+  Sample s = run_pair(p, o, server, client);
+  if (s.state != Sample::State::kOk) return s;
+  s.value = static_cast<double>(sh.end - sh.start) / static_cast<double>(ops);
+  s.allocs = allocs_per(sh.allocs0, sh.allocs1, ops);
+  return s;
+}
+
+// --- rma-atomic/sum, rma-fetch-atomic/sum
+
+constexpr size_t kCounterRegion = 64;  // the counter, then bytes no operation may touch
+
+// After each round the counter must hold the sum of every add so far, and nothing else in the
+// region may have changed.
+bool atomic_server(Side& s, Shared* sh) {
+  for (int round = 1; round <= kRounds; ++round) {
+    if (!s.barrier(true) || !s.barrier(true)) return false;
+    std::string why;
+    auto right = [&] {
+      const uint64_t v = load(s.target());
+      if (v != sh->counter) {
+        why = fmt("the counter holds %llu where the adds so far sum to %llu",
+                  static_cast<unsigned long long>(v), static_cast<unsigned long long>(sh->counter));
+        return false;
+      }
+      return true;
+    };
+    if (!right() && !s.wait_until("the completed atomics were not all applied", right, &why)) {
+      return false;
+    }
+    for (size_t i = 8; i < kCounterRegion; ++i) {
+      if (s.target()[i] != 0) {
+        return s.fail(
+            fmt("byte %zu of the region, beside the counter, is 0x%02x", i, s.target()[i]));
+      }
+    }
+  }
+  return true;
+}
+
+// fi_atomic adds k with operation k (so a lost or repeated add shows in the sum);
+// fi_fetch_atomic adds 1, and the values it fetches must be the round's range, each once.
+bool atomic_client(Side& c, bool fetch, uint64_t ops, Shared* sh) {
+  const size_t w = c.window();
+  uint8_t* operand = c.local();
+  uint8_t* result = c.local() + w * 8;
+  std::vector<bool> seen(kRounds * ops, false);
+  uint64_t k = 0, base = 0;
+  if (fetch) {
+    c.on_done([&](size_t slot, uint64_t tag) {
+      uint64_t v;
+      std::memcpy(&v, result + slot * 8, 8);
+      if (v < base || v >= base + ops || seen[v]) {
+        return c.fail(
+            fmt("fi_fetch_atomic %llu fetched %llu: ", static_cast<unsigned long long>(tag),
+                static_cast<unsigned long long>(v)) +
+            (v < seen.size() && seen[v]
+                 ? std::string("fetched before")
+                 : fmt("outside this round's %llu-%llu", static_cast<unsigned long long>(base),
+                       static_cast<unsigned long long>(base + ops - 1))));
+      }
+      seen[v] = true;
+      return true;
+    });
+  }
+  for (int round = 1; round <= kRounds; ++round) {
+    const bool timed = round == kRounds;
+    if (!c.barrier(true)) return false;
+    if (timed) {
+      sh->allocs0 = heap_allocations_now();
+      sh->start = now_ns();
+    }
+    for (uint64_t i = 0; i < ops; ++i) {
+      size_t slot = 0;
+      if (!c.acquire(&slot)) return false;
+      ++k;
+      const uint64_t add = fetch ? 1 : k;
+      std::memcpy(operand + slot * 8, &add, 8);
+      if (fetch) {
+        const uint64_t none = ~uint64_t{0};
+        std::memcpy(result + slot * 8, &none, 8);
+        if (!c.fetch_add(slot, k, slot * 8, w * 8 + slot * 8, 0)) return false;
+      } else if (!c.atomic_add(slot, k, slot * 8, 0)) {
+        return false;
+      }
+    }
+    if (!c.drain()) return false;
+    if (timed) {
+      sh->end = now_ns();
+      sh->allocs1 = heap_allocations_now();
+    }
+    base += ops;
+    sh->counter = fetch ? k : k * (k + 1) / 2;
+    if (!c.barrier(true)) return false;  // the server checks the counter
+  }
+  c.on_done(nullptr);  // it refers to this frame
+  return true;
+}
+
+Sample atomic_rate(const Scenario& sc, const Provider& p, const Options& o, bool fetch) {
+  const size_t window = window_for(sc.msg_size, o);
+  const uint64_t ops = o.rma_ops;
+  Shared sh;
+  const Part server{{.atomics = true, .target_bytes = kCounterRegion, .op_bytes = 8},
+                    [&](Side& s) { return atomic_server(s, &sh); }};
+  const Part client{
+      {.atomics = true, .local_bytes = 2 * window * 8, .window = window, .op_bytes = 8},
+      [&](Side& c) { return atomic_client(c, fetch, ops, &sh); }};
+  Sample s = run_pair(p, o, server, client);
+  if (s.state != Sample::State::kOk) return s;
+  s.value = static_cast<double>(sh.end - sh.start) / static_cast<double>(ops);
+  s.allocs = allocs_per(sh.allocs0, sh.allocs1, ops);
+  return s;
+}
+
+Sample atomic(const Scenario& sc, const Provider& p, const Options& o) {
+  return atomic_rate(sc, p, o, false);
+}
+Sample fetch_atomic(const Scenario& sc, const Provider& p, const Options& o) {
+  return atomic_rate(sc, p, o, true);
+}
+
+}  // namespace
+}  // namespace rma
+
+const std::vector<Scenario>& rma_scenarios() {
+  static const std::vector<Scenario> all = [] {
+    using M = Measure;
+    const Options o;
+    const size_t sizes[] = {8, 64, 4u << 10, 64u << 10, 1u << 20, 4u << 20};
+    std::vector<Scenario> v;
+    for (const size_t n : sizes) {
+      v.push_back({"rma-write-lat/" + msg_size_name(n),
+                   "fi_write ping-pong on FI_EP_RDM, " + msg_size_label(n) +
+                       ", each side polling its region's last bytes (fi_rma_pingpong -o "
+                       "write): one-way latency (round trip / 2)",
+                   M::kLatencyNs, rma::write_lat, FI_WAIT_NONE, n});
+    }
+    for (const size_t n : sizes) {
+      v.push_back({"rma-write-bw/" + msg_size_name(n),
+                   "fi_write on FI_EP_RDM, " + msg_size_label(n) + ", " +
+                       std::to_string(rma::window_for(n, o)) +
+                       " in flight (fi_rma_bw -o write): ns per write",
+                   M::kBandwidth, rma::write_bw, FI_WAIT_NONE, n});
+    }
+    for (const size_t n : sizes) {
+      v.push_back({"rma-read-bw/" + msg_size_name(n),
+                   "fi_read on FI_EP_RDM, " + msg_size_label(n) + ", " +
+                       std::to_string(rma::window_for(n, o)) +
+                       " in flight (fi_rma_bw -o read): ns per read",
+                   M::kBandwidth, rma::read_bw, FI_WAIT_NONE, n});
+    }
+    v.push_back({"rma-atomic/sum",
+                 "fi_atomic FI_SUM on one FI_UINT64 on FI_EP_RDM, " +
+                     std::to_string(rma::window_for(8, o)) + " in flight: ns per atomic",
+                 M::kNsPerEvent, rma::atomic, FI_WAIT_NONE, 8});
+    v.push_back({"rma-fetch-atomic/sum",
+                 "fi_fetch_atomic FI_SUM on one FI_UINT64 on FI_EP_RDM, " +
+                     std::to_string(rma::window_for(8, o)) + " in flight: ns per atomic",
+                 M::kNsPerEvent, rma::fetch_atomic, FI_WAIT_NONE, 8});
+    return v;
+  }();
+  return all;
+}
+
+}  // namespace fabq::tools::bench
