@@ -2,6 +2,7 @@
 // fi_cq(3) FI_SOURCE): reliable unconnected messaging between endpoints of one process over
 // 127.0.0.1. Every wait has a timeout.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -213,18 +215,42 @@ TEST_F(Rdm, AnEndpointCanSendToItself) {
   EXPECT_EQ(src, a->addr);
 }
 
-// Established TCP connections to `to` on this host (/proc/net/tcp: addresses in hex, the IPv4
-// address as the kernel's u32 prints, the port in host order).
+// The sockets of this process (their inodes, from /proc/self/fd).
+std::set<std::string> own_sockets() {
+  std::set<std::string> inodes;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      char link[64] = {};
+      const std::string path = std::string("/proc/self/fd/") + e->d_name;
+      const ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+      if (n > 9 && std::strncmp(link, "socket:[", 8) == 0) {
+        inodes.insert(std::string(link + 8, static_cast<size_t>(n) - 9));
+      }
+    }
+    closedir(d);
+  }
+  return inodes;
+}
+
+// Established TCP connections of this process to `to` (/proc/net/tcp: addresses in hex, the
+// IPv4 address as the kernel's u32 prints, the port in host order; the socket's inode tenth).
+// Only this process's: a test running alongside may reach the same port once its own peer has
+// closed and the kernel has given the port to `to`.
 int connections_to(const sockaddr_in& to) {
   char want[32];
   std::snprintf(want, sizeof(want), "%08X:%04X", to.sin_addr.s_addr, ntohs(to.sin_port));
+  const std::set<std::string> mine = own_sockets();
   std::ifstream tcp("/proc/net/tcp");
   std::string line;
   int n = 0;
   while (std::getline(tcp, line)) {
     std::istringstream fields(line);
-    std::string slot, local, remote, state;
-    if (fields >> slot >> local >> remote >> state && remote == want && state == "01") ++n;
+    std::string slot, local, remote, state, queues, timer, retrans, uid, timeout, inode;
+    if (fields >> slot >> local >> remote >> state >> queues >> timer >> retrans >> uid >>
+            timeout >> inode &&
+        remote == want && state == "01" && mine.contains(inode)) {
+      ++n;
+    }
   }
   return n;
 }
