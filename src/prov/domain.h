@@ -4,7 +4,8 @@
 // queues, counters and poll sets, counting CQs and counters against the cq_cnt and cntr_cnt
 // it advertises. fi_domain_bind() attaches an EQ (flags 0 or FI_REG_MR) for the domain's
 // asynchronous events; the EQ then cannot be closed before the domain (-FI_EBUSY). It opens
-// address vectors (prov/av.h) of its av_type; memory registration returns -FI_ENOSYS.
+// address vectors (prov/av.h) of its av_type, and keeps the table of its memory regions that
+// peers' RMA and atomics find by key (prov/mr.h).
 //
 // The domain owns the asynchronous event channel of fi_fabq.h (fi_open_ops with
 // FI_FABQ_ASYNC_OPS) and the fault rules installed on it (FI_FABQ_FAULTS at open, inject()

@@ -24,6 +24,11 @@
 // FI_DELIVERY_COMPLETE (xport/transport.h TxLevel). With FI_SELECTIVE_COMPLETION bound, only
 // sends with FI_COMPLETION write a successful completion; failures always do.
 //
+// One-sided (prov/rma_ops.cc, fi_rma(3), fi_atomic(3)): reads, writes and atomics take a slot
+// of the transmit ring as sends do and complete when the target has answered (delivery
+// complete). As a target, the endpoint checks every peer's request against its domain's regions
+// (prov/mr.h) and its own capabilities before it touches memory (place(), remote_access()).
+//
 // Receives: fi_recv, recvv, recvmsg, trecv, trecvv, trecvmsg (FI_PEEK, FI_CLAIM, FI_DISCARD).
 // Each posted receive holds a slot of the receive CQ. A message longer than its receive
 // buffer completes in error: err FI_ETRUNC, olen = the bytes that did not fit. fi_cancel
