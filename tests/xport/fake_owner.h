@@ -541,21 +541,7 @@ class FakePassiveOwner final : public PassiveOwner {
   }
 
  private:
-  RmaStatus check_locked(uint64_t key, uint64_t addr, size_t len) const {
-    if (region_.base == nullptr || key != region_.key) return RmaStatus::kBadKey;
-    if (addr > region_.len || len > region_.len - addr) return RmaStatus::kOutOfBounds;
-    return RmaStatus::kOk;
-  }
-  struct Region {
-    uint64_t key = 0;
-    unsigned char* base = nullptr;
-    size_t len = 0;
-  };
-
   mutable std::mutex mu_;
-  Region region_;
-  std::map<std::pair<const Connection*, uint32_t>, TxOp*> one_sided_;
-  std::vector<std::pair<uint32_t, RmaStatus>> answers_;
   bool accepting_ = true;
   std::vector<Request> requests_;
 };

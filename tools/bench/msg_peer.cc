@@ -277,7 +277,10 @@ Sample run_connected(const MsgFormat& f, const Provider& p, const Options& o, co
   server_thread.join();
   // This thread runs the provider's next scenarios: they get every allowed CPU back.
   if (cpus.cpu[1] >= 0) (void)sched_setaffinity(0, sizeof(cpus.allowed), &cpus.allowed);
+  return sample_of(s_out, c_out);
+}
 
+Sample sample_of(const Outcome& s_out, const Outcome& c_out) {
   const Outcome* first = nullptr;
   for (const Outcome* x : {&s_out, &c_out}) {
     if (x->state == Sample::State::kOk) continue;

@@ -105,6 +105,11 @@ struct Outcome {
   int order = 0;         // among the failures of the two sides, 0 first
 };
 
+// The Sample of a run whose server and client ended as `server` and `client`: kOk, or the
+// first real failure (one that is only "the other side failed" comes last, and an unsupported
+// side makes the scenario unsupported), with where the other side stood when it stopped.
+Sample sample_of(const Outcome& server, const Outcome& client);
+
 // Buffers of one kind (send or receive), each with the fi_context2 its operations carry (so
 // FI_CONTEXT and FI_CONTEXT2 modes are met) and whether the provider holds it now.
 class Slots {

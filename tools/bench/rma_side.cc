@@ -517,25 +517,7 @@ Sample run_pair(const Provider& p, const Options& o, const Part& server, const P
   }
   server_thread.join();
   if (cpus.cpu[1] >= 0) (void)sched_setaffinity(0, sizeof(cpus.allowed), &cpus.allowed);
-
-  // The first failure is the cause; one that is only "the other side failed" comes last. An
-  // unsupported side makes the scenario unsupported.
-  const msg::Outcome* first = nullptr;
-  for (const msg::Outcome* x : {&s_out, &c_out}) {
-    if (x->state == Sample::State::kOk) continue;
-    if (first == nullptr || (first->stopped && !x->stopped) ||
-        (first->stopped == x->stopped && x->order < first->order)) {
-      first = x;
-    }
-  }
-  Sample r;
-  if (first != nullptr) {
-    r.state = first->state;
-    r.why = first->why;
-    const msg::Outcome* other = first == &s_out ? &c_out : &s_out;
-    if (other->stopped && !other->detail.empty()) r.why += "; " + other->why;
-  }
-  return r;
+  return msg::sample_of(s_out, c_out);
 }
 
 }  // namespace fabq::tools::bench::rma
