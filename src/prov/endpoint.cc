@@ -1231,9 +1231,12 @@ void Endpoint::wrote_locked(const Incoming& in, PlaceRecord& rec, std::vector<ui
 }
 
 xport::RmaStatus Endpoint::remote_access(const xport::RemoteAccess& a, void* out) {
-  std::vector<uint32_t> events;
-  core::MutexLock lock(mu_);
-  if (failed_ || closing_) return xport::RmaStatus::kTargetFailed;
+  {
+    core::MutexLock lock(mu_);
+    if (failed_ || closing_) return xport::RmaStatus::kTargetFailed;
+  }
+  // The rest reads what is fixed once the endpoint is enabled, and copies without holding the
+  // endpoint's lock: a large read must not stall the application's posts.
   const bool fetch = !a.atomic || a.kind != xport::AtomicKind::kPlain;
   const uint64_t need = !a.atomic ? FI_REMOTE_READ : FI_REMOTE_WRITE | (fetch ? FI_REMOTE_READ : 0);
   RegionUse use;
@@ -1244,6 +1247,7 @@ xport::RmaStatus Endpoint::remote_access(const xport::RemoteAccess& a, void* out
     status = domain_->acquire_region(a.key, a.addr, a.len, need, this, &use);
   }
   if (status != xport::RmaStatus::kOk) {
+    core::MutexLock lock(mu_);
     refused_locked(status);
     return status;
   }
