@@ -171,13 +171,19 @@ enum fi_fabq_event_type {
  *   FI_EKEYREJECTED (no region has the key, or it was closed), FI_EACCES (the range is not
  *   inside the region, or the region does not grant the access), FI_EOPNOTSUPP (an atomic
  *   the target does not perform) or FI_EREMOTEIO (the target endpoint failed), and
- *   prov_errno one of these, saying which. The target touched no memory. */
+ *   prov_errno one of these, saying which. The target touched no memory.
+ *   Between processes of one host a large RMA write or read is copied directly between the
+ *   two processes' memory (fi_fabq(7) RMA AND ATOMICS). If the kernel refuses that copy
+ *   after the connection found it allowed (the initiator made itself non-dumpable since), or
+ *   the initiator's buffer is not mapped, the operation completes with FI_EIO and
+ *   FI_FABQ_RMA_COPY_FAILED; a write may have changed part of the target's range. */
 enum fi_fabq_rma_error {
   FI_FABQ_RMA_BAD_KEY = 1,
   FI_FABQ_RMA_OUT_OF_BOUNDS = 2,
   FI_FABQ_RMA_NOT_GRANTED = 3,
   FI_FABQ_RMA_BAD_ATOMIC = 4,
   FI_FABQ_RMA_TARGET_FAILED = 5,
+  FI_FABQ_RMA_COPY_FAILED = 6,
 };
 
 /* What port_state() reports. A fabq device (interface) has one port, number 1. */

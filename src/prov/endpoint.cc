@@ -3,6 +3,7 @@
 #include <rdma/fi_eq.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <thread>
 
@@ -43,7 +44,8 @@ static_assert(static_cast<int>(xport::RmaStatus::kBadKey) == FI_FABQ_RMA_BAD_KEY
               static_cast<int>(xport::RmaStatus::kOutOfBounds) == FI_FABQ_RMA_OUT_OF_BOUNDS &&
               static_cast<int>(xport::RmaStatus::kNotGranted) == FI_FABQ_RMA_NOT_GRANTED &&
               static_cast<int>(xport::RmaStatus::kBadAtomic) == FI_FABQ_RMA_BAD_ATOMIC &&
-              static_cast<int>(xport::RmaStatus::kTargetFailed) == FI_FABQ_RMA_TARGET_FAILED);
+              static_cast<int>(xport::RmaStatus::kTargetFailed) == FI_FABQ_RMA_TARGET_FAILED &&
+              static_cast<int>(xport::RmaStatus::kCopyFailed) == FI_FABQ_RMA_COPY_FAILED);
 
 // The error of a one-sided operation the target refused (its prov_errno is the status).
 int rma_error(xport::RmaStatus s) {
@@ -59,6 +61,8 @@ int rma_error(xport::RmaStatus s) {
       return FI_EOPNOTSUPP;
     case xport::RmaStatus::kTargetFailed:
       return FI_EREMOTEIO;
+    case xport::RmaStatus::kCopyFailed:
+      return FI_EIO;
   }
   return FI_EIO;
 }
@@ -1143,8 +1147,11 @@ bool Endpoint::place_answer_locked(const Incoming& in, Placement* p) {
   PlaceRecord& rec = p->as<PlaceRecord>();
   TxOp* op = tx_ring_.find_written(in.seq);
   const TxKind want = in.kind == xport::InKind::kReadResp ? TxKind::kRead : TxKind::kAtomic;
-  const size_t expect = in.status == xport::RmaStatus::kOk ? op != nullptr ? op->result_len : 0 : 0;
-  if (op == nullptr || op->conn != in.via || op->kind != want || in.len != expect) {
+  // A direct read's answer carries no bytes: the target copied them into the result buffers.
+  const size_t expect =
+      op != nullptr && in.status == xport::RmaStatus::kOk && !in.direct ? op->result_len : 0;
+  if (op == nullptr || op->conn != in.via || op->kind != want || in.len != expect ||
+      in.direct != op->direct) {
     p->bad = true;
     return true;
   }
@@ -1237,8 +1244,10 @@ xport::RmaStatus Endpoint::remote_access(const xport::RemoteAccess& a, void* out
   }
   // The rest reads what is fixed once the endpoint is enabled, and copies without holding the
   // endpoint's lock: a large read must not stall the application's posts.
-  const bool fetch = !a.atomic || a.kind != xport::AtomicKind::kPlain;
-  const uint64_t need = !a.atomic ? FI_REMOTE_READ : FI_REMOTE_WRITE | (fetch ? FI_REMOTE_READ : 0);
+  const bool fetch = !a.atomic ? !a.write : a.kind != xport::AtomicKind::kPlain;
+  const uint64_t need = a.atomic  ? FI_REMOTE_WRITE | (fetch ? FI_REMOTE_READ : 0)
+                        : a.write ? FI_REMOTE_WRITE
+                                  : FI_REMOTE_READ;
   RegionUse use;
   xport::RmaStatus status = xport::RmaStatus::kNotGranted;
   if (a.atomic && !core::atomic_valid(a.kind, a.op, a.datatype)) {
@@ -1251,7 +1260,14 @@ xport::RmaStatus Endpoint::remote_access(const xport::RemoteAccess& a, void* out
     refused_locked(status);
     return status;
   }
-  if (!a.atomic) {
+  if (a.direct != nullptr) {
+    if (!a.direct->copy(use.at)) {
+      const int err = errno;
+      release_region(use.region);
+      FABQ_WARN(FI_LOG_EP_DATA, "a direct copy with the initiator failed: %s\n", strerror(err));
+      return xport::RmaStatus::kCopyFailed;
+    }
+  } else if (!a.atomic) {
     if (a.len > 0) std::memcpy(out, use.at, a.len);
   } else {
     core::atomic_apply(a.kind, a.op, a.datatype, use.at, a.operand, a.compare,
@@ -1260,7 +1276,7 @@ xport::RmaStatus Endpoint::remote_access(const xport::RemoteAccess& a, void* out
   // An atomic counts as a write at the target (fetching or not), a read as a read.
   if (use.cntr != nullptr) use.cntr->counter().complete();
   release_region(use.region);
-  Cntr* ep_cntr = a.atomic ? rem_write_cntr_ : rem_read_cntr_;
+  Cntr* ep_cntr = a.atomic || a.write ? rem_write_cntr_ : rem_read_cntr_;
   if (ep_cntr != nullptr) ep_cntr->counter().complete();
   return xport::RmaStatus::kOk;
 }

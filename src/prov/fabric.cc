@@ -127,6 +127,7 @@ Transport* Fabric::transport() {
         .connect_timeout_ms = p.connect_timeout_ms,
         .keepalive_ms = p.keepalive_ms,
         .shm = p.shm != 0,
+        .direct_min = p.shm_direct_min,
         .cm_backlog = p.cm_backlog,
         // Holding none of the transport's locks, nor the provider's (xport/transport.h).
         .after_round = [](void* fabric) { static_cast<Fabric*>(fabric)->outbox().publish(); },

@@ -90,6 +90,12 @@ extern "C" FI_EXT_INI {
                   "1: a connection between two endpoints of one host moves its frames through "
                   "shared memory, the socket only waking and closing it; 0: always the socket",
                   /*allow_zero=*/true);
+  define_and_read("shm_direct_min", &g_params.shm_direct_min,
+                  "Bytes from which an RMA write or read between processes of one host is "
+                  "copied directly between their memories (process_vm_readv/writev) instead of "
+                  "through the shared ring; 0: never. Where the kernel does not allow it, "
+                  "transfers go through the ring",
+                  /*allow_zero=*/true);
   define_and_read("cm_backlog", &g_params.cm_backlog,
                   "Connections a passive endpoint or RDM endpoint holds at once between their "
                   "arrival and the end of their handshake (for a passive endpoint: until "

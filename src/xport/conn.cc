@@ -39,17 +39,56 @@ bool is_data(wire::Op op) {
   return op == wire::Op::kMsg || op == wire::Op::kTagged;
 }
 
+bool is_direct(const wire::Header& h) {
+  return (h.flags & wire::kDirect) != 0;
+}
+
 // Frames whose payload the owner places (Owner::place): messages, remote writes, and the
 // answers to this side's reads and atomics.
-bool is_placed(wire::Op op) {
-  return is_data(op) || op == wire::Op::kWrite || op == wire::Op::kReadResp ||
-         op == wire::Op::kAtomicResp;
+bool is_placed(const wire::Header& h) {
+  return is_data(h.op) || (h.op == wire::Op::kWrite && !is_direct(h)) ||
+         h.op == wire::Op::kReadResp || h.op == wire::Op::kAtomicResp;
 }
 
 // Frames whose payload the connection collects whole before acting on it.
-bool is_collected_request(wire::Op op) {
-  return op == wire::Op::kReadReq || op == wire::Op::kAtomic;
+bool is_collected_request(const wire::Header& h) {
+  return h.op == wire::Op::kReadReq || h.op == wire::Op::kAtomic ||
+         (h.op == wire::Op::kWrite && is_direct(h));
 }
+
+// The initiator's buffers of a direct request, copied by the kernel (xport/shm.h PeerMemory).
+class DirectRequest final : public DirectCopy {
+ public:
+  DirectRequest(int pid, bool write, size_t len) : peer_(pid), write_(write), len_(len) {}
+  bool copy(void* at) const override {
+    return write_ ? peer_.read(at, len_, iov_, count_) : peer_.write(at, len_, iov_, count_);
+  }
+  // Takes the entries of a direct request's payload; false unless they sum to `len` (the
+  // write's length is their sum: then *len is set from them).
+  bool parse(const unsigned char* p, size_t bytes, size_t max_len) {
+    count_ = bytes / wire::kDirectEntrySize;
+    size_t sum = 0;
+    for (size_t i = 0; i < count_; ++i, p += wire::kDirectEntrySize) {
+      const uint64_t addr = wire::get_u64(p);
+      const uint64_t n = wire::get_u64(p + 8);
+      if (n > max_len - sum) return false;  // also keeps the sum from wrapping
+      sum += static_cast<size_t>(n);
+      iov_[i] = {reinterpret_cast<void*>(static_cast<uintptr_t>(addr)), static_cast<size_t>(n)};
+    }
+    if (write_) len_ = sum;
+    return sum == len_;
+  }
+  size_t len() const { return len_; }
+
+ private:
+  shm::PeerMemory peer_;
+  bool write_;
+  size_t len_;
+  iovec iov_[wire::kMaxDirectEntries];
+  size_t count_ = 0;
+};
+static_assert(wire::kMaxDirectEntries <= shm::kMaxPeerRanges);
+static_assert(sizeof(TxOp::direct_desc) == wire::kMaxDirectEntries * wire::kDirectEntrySize);
 
 }  // namespace
 
@@ -216,6 +255,7 @@ int Conn::submit(TxOp* op) {
       if (op->kind == TxKind::kWrite && op->has_data) h.flags |= wire::kRemoteData;
       break;
   }
+  op->direct = go_direct_locked(op, &h);
   wire::encode(h, op->header);
   op->written = 0;
   op->accepted = true;
@@ -235,6 +275,35 @@ int Conn::submit(TxOp* op) {
   ++send_count_;
   if (!writing_ || send_count_ == 1) flush_locked();
   return 0;
+}
+
+// A write (without CQ data) or read of at least direct_min bytes, to a peer that serves
+// direct requests: its frame describes its buffers instead of carrying their bytes.
+bool Conn::go_direct_locked(TxOp* op, wire::Header* h) {
+  const size_t min = engine_->config().direct_min;
+  const bool write = op->kind == TxKind::kWrite && !op->has_data;
+  const bool read = op->kind == TxKind::kRead && op->iov_count == 1;
+  if (!shm_agreed_ || min == 0 || !(write || read)) return false;
+  const iovec* bufs = write ? op->iov : op->result;
+  const size_t count = write ? op->iov_count : op->result_count;
+  const size_t len = write ? op->len : op->result_len;
+  if (len < min || count > wire::kMaxDirectEntries || !seg_.peer_serves(shm_connecting_)) {
+    return false;
+  }
+  size_t entries = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (bufs[i].iov_len == 0) continue;
+    unsigned char* e = op->direct_desc + entries++ * wire::kDirectEntrySize;
+    wire::put_u64(e, reinterpret_cast<uintptr_t>(bufs[i].iov_base));
+    wire::put_u64(e + 8, bufs[i].iov_len);
+  }
+  const iovec desc{op->direct_desc, entries * wire::kDirectEntrySize};
+  op->iov[write ? 0 : 1] = desc;  // a read keeps its length first
+  op->iov_count = write ? 1 : 2;
+  op->len = (write ? 0 : wire::kReadReqSize) + desc.iov_len;
+  h->length = static_cast<uint32_t>(op->len);
+  h->flags |= wire::kDirect;
+  return true;
 }
 
 void Conn::ack_delivered(uint32_t seq) {
@@ -565,7 +634,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
     }
     if (!framer_.in_header() || framer_.frame_done()) {
       const wire::Header& h = framer_.header();
-      if (is_placed(h.op) && !have_place_) {
+      if (is_placed(h) && !have_place_) {
         place_.status = RmaStatus::kOk;
         place_.bad = false;
         const bool took = owner_ != nullptr && owner_->place(in_, &place_);
@@ -609,7 +678,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       }
       if (off == n) break;
       const size_t take = framer_.take_payload(n - off);
-      if (is_placed(h.op)) {
+      if (is_placed(h)) {
         // Into the placement, up to its capacity; the rest of a too-long message is dropped.
         const size_t room =
             placed_ < place_.capacity ? std::min(take, place_.capacity - placed_) : 0;
@@ -620,7 +689,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
           std::memcpy(dst[j].iov_base, src, dst[j].iov_len);
           src += dst[j].iov_len;
         }
-      } else if (is_collected_request(h.op)) {
+      } else if (is_collected_request(h)) {
         std::memcpy(req_buf_.get() + placed_, p + off, take);
       } else {
         std::memcpy(cm_buf_ + placed_, p + off, take);
@@ -644,7 +713,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "a frame the connection's state forbids");
       return false;
     }
-    if (is_placed(h.op)) {
+    if (is_placed(h)) {
       const bool msg = is_data(h.op);
       in_.kind = msg                           ? InKind::kMsg
                  : h.op == wire::Op::kWrite    ? InKind::kWrite
@@ -659,6 +728,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       in_.status = h.op == wire::Op::kReadResp || h.op == wire::Op::kAtomicResp
                        ? static_cast<RmaStatus>(h.data)
                        : RmaStatus::kOk;
+      in_.direct = is_direct(h);
       in_.len = h.length;
       in_.seq = h.seq;
       in_.from = peer_name_;
@@ -694,6 +764,7 @@ bool Conn::frame_done_locked() {
       return true;
     }
     case wire::Op::kWrite:
+      if (is_direct(h)) return answer_request_locked(h);
       owner_->placed(in_, &place_);
       queue_ctrl_locked(wire::Op::kRmaAck, in_.seq, nullptr, 0, 0, 0,
                         static_cast<uint64_t>(place_.status));
@@ -723,12 +794,35 @@ bool Conn::frame_done_locked() {
   }
 }
 
-// kReadReq, kAtomic: the owner checks and performs the access, and the answer (with the bytes
-// read, or the previous values) is queued among the control frames.
+// kReadReq, kAtomic, a direct kWrite: the owner checks and performs the access, and the answer
+// (with the bytes read, or the previous values, unless direct) is queued among the control
+// frames.
 bool Conn::answer_request_locked(const wire::Header& h) {
   RemoteAccess a{.key = h.tag, .addr = h.data, .via = this};
   wire::Op reply = wire::Op::kReadResp;
   size_t out_len = 0;
+  if (is_direct(h)) {
+    // Only a peer this side proved and told it serves (shm.h) may ask; the copy uses the pid
+    // proved, never one the peer names.
+    const bool write = h.op == wire::Op::kWrite;
+    const size_t fixed = write ? 0 : wire::kReadReqSize;
+    DirectRequest copy(direct_peer_pid_, write,
+                       write ? 0 : static_cast<size_t>(wire::get_u64(req_buf_.get())));
+    if (direct_peer_pid_ == 0 ||
+        !copy.parse(req_buf_.get() + fixed, h.length - fixed, params_.max_msg_size)) {
+      fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR,
+                  direct_peer_pid_ == 0 ? "a direct request this side does not serve"
+                                        : "a direct request whose buffers are not its length");
+      return false;
+    }
+    a.len = copy.len();
+    a.direct = &copy;
+    a.write = write;
+    const RmaStatus status = owner_->remote_access(a, nullptr);
+    queue_ctrl_locked(write ? wire::Op::kRmaAck : wire::Op::kReadResp, h.seq, nullptr, 0,
+                      write ? 0u : uint32_t{wire::kDirect}, 0, static_cast<uint64_t>(status));
+    return flush_locked();
+  }
   if (h.op == wire::Op::kReadReq) {
     a.len = static_cast<size_t>(wire::get_u64(req_buf_.get()));
     out_len = a.len;

@@ -108,9 +108,11 @@ class Conn final : public Connection, public Pollable {
   bool frame_done_locked() FABQ_REQUIRES(mu_);
   // Does what the Handshake says about a whole frame of the handshake (or kShutdown).
   bool handshake_frame_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
-  // A whole kReadReq or kAtomic (its payload in req_buf_): the owner performs it, the answer is
-  // queued.
+  // A whole kReadReq, kAtomic or direct kWrite (its payload in req_buf_): the owner performs
+  // it, the answer is queued.
   bool answer_request_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
+  // submit(): makes `op` a direct request (wire.h kDirect) when it may be one; true if so.
+  bool go_direct_locked(TxOp* op, wire::Header* h) FABQ_REQUIRES(mu_);
   void queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len,
                          uint32_t flags = 0, uint64_t tag = 0, uint64_t hdata = 0)
       FABQ_REQUIRES(mu_);
@@ -196,6 +198,9 @@ class Conn final : public Connection, public Pollable {
   // the engine looks at the rings without the connection's lock.
   shm::Segment seg_;
   bool shm_agreed_ FABQ_GUARDED_BY(mu_) = false;
+  bool shm_connecting_ FABQ_GUARDED_BY(mu_) = false;  // this side created seg_
+  // The peer's pid, proved (shm.h): this side serves its direct requests. 0: it does not.
+  int direct_peer_pid_ FABQ_GUARDED_BY(mu_) = 0;
   shm::Ring tx_ring_;
   shm::Ring rx_ring_;
   bool tx_shm_ FABQ_GUARDED_BY(mu_) = false;

@@ -52,6 +52,11 @@ void Conn::queue_accept_locked(const void* data, size_t len) {
 
 void Conn::shm_agreed_locked(bool connecting) {
   seg_.unlink();
+  shm_connecting_ = connecting;
+  if (engine_->config().direct_min != 0) {
+    direct_peer_pid_ = seg_.prove_peer(connecting);
+    if (direct_peer_pid_ != 0) seg_.serve_peer(connecting);
+  }
   tx_ring_ = seg_.tx(connecting);
   rx_ring_ = seg_.rx(connecting);
   shm_agreed_ = true;

@@ -6,10 +6,12 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -34,7 +36,25 @@ struct SegmentHeader {
   uint64_t magic;
   uint64_t nonce;
   uint64_t ring_bytes;
+  // [0] the connecting side's, [1] the accepting side's; each written by its own side before
+  // the other looks (the socket orders them), relaxed.
+  std::atomic<uint64_t> pid[2];
+  std::atomic<uint64_t> base[2];
+  std::atomic<uint32_t> serves[2];
 };
+static_assert(offsetof(SegmentHeader, serves) == 56 && sizeof(SegmentHeader) <= kControlOffset,
+              "the layout in shm.h");
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+SegmentHeader* header(void* base) {
+  return static_cast<SegmentHeader*>(base);
+}
+
+// This side's pid and mapping, for the peer's proof.
+void announce(void* base, int side) {
+  header(base)->pid[side].store(static_cast<uint64_t>(getpid()), std::memory_order_relaxed);
+  header(base)->base[side].store(reinterpret_cast<uintptr_t>(base), std::memory_order_relaxed);
+}
 
 std::atomic<uint32_t> g_next_id{1};
 
@@ -291,6 +311,7 @@ Segment Segment::create() {
   h->magic = kSegmentMagic;
   h->nonce = nonce;
   h->ring_bytes = kRingBytes;
+  announce(base, 0);
   s.base_ = base;
   s.size_ = kSegmentBytes;
   s.nonce_ = nonce;
@@ -317,6 +338,7 @@ Segment Segment::open(uint64_t id, uint64_t nonce) {
   }
   // Mapped and proven to be the offer's: the name is no longer needed by anybody.
   shm_unlink(name.c_str());
+  announce(base, 1);
   s.base_ = base;
   s.size_ = kSegmentBytes;
   s.id_ = id;
@@ -332,6 +354,72 @@ Ring Segment::tx(bool connecting) const {
 Ring Segment::rx(bool connecting) const {
   const int i = connecting ? 1 : 0;
   return Ring(control(base_, i), data(base_, i));
+}
+
+int Segment::prove_peer(bool connecting) const {
+  const SegmentHeader* h = header(base_);
+  const int peer = connecting ? 1 : 0;
+  const uint64_t pid = h->pid[peer].load(std::memory_order_relaxed);
+  const uint64_t at = h->base[peer].load(std::memory_order_relaxed);
+  // Linux pids are 1..2^22; the nonce sits at offset 8 of the peer's mapping.
+  if (pid == 0 || pid > (1u << 22) || at == 0 || at > UINTPTR_MAX - 16) return 0;
+  uint64_t seen = 0;
+  const PeerMemory peer_memory(static_cast<int>(pid));
+  const iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(at) + 8), sizeof(seen)};
+  if (!peer_memory.read(&seen, sizeof(seen), &remote, 1) || seen != nonce_) return 0;
+  return static_cast<int>(pid);
+}
+
+void Segment::serve_peer(bool connecting) {
+  header(base_)->serves[connecting ? 0 : 1].store(1, std::memory_order_release);
+}
+
+bool Segment::peer_serves(bool connecting) const {
+  return header(base_)->serves[connecting ? 1 : 0].load(std::memory_order_acquire) != 0;
+}
+
+// --- PeerMemory
+
+namespace {
+
+// process_vm_readv/writev, until every byte moved: the kernel may stop short of the whole
+// (at most MAX_RW_COUNT per call), so the rest is asked for again.
+template <class Call>
+bool move_all(Call call, void* at, size_t len, const iovec* remote, size_t n) {
+  if (n > kMaxPeerRanges) return false;
+  iovec rest[kMaxPeerRanges];
+  std::copy(remote, remote + n, rest);
+  size_t first = 0;
+  size_t done = 0;
+  while (done < len) {
+    iovec local{static_cast<unsigned char*>(at) + done, len - done};
+    const ssize_t got = call(&local, rest + first, n - first);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    done += static_cast<size_t>(got);
+    for (size_t skip = static_cast<size_t>(got); skip > 0 && first < n;) {
+      const size_t c = std::min(skip, rest[first].iov_len);
+      rest[first].iov_base = static_cast<unsigned char*>(rest[first].iov_base) + c;
+      rest[first].iov_len -= c;
+      skip -= c;
+      if (rest[first].iov_len == 0) ++first;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool PeerMemory::read(void* at, size_t len, const iovec* remote, size_t n) const {
+  return move_all([this](const iovec* local, const iovec* r,
+                         size_t rn) { return process_vm_readv(pid_, local, 1, r, rn, 0); },
+                  at, len, remote, n);
+}
+
+bool PeerMemory::write(const void* at, size_t len, const iovec* remote, size_t n) const {
+  return move_all([this](const iovec* local, const iovec* r,
+                         size_t rn) { return process_vm_writev(pid_, local, 1, r, rn, 0); },
+                  const_cast<void*>(at), len, remote, n);
 }
 
 }  // namespace fabq::xport::shm

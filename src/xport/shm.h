@@ -17,6 +17,9 @@
 //
 //   offset        what
 //        0        magic 0x3167657371626166 ("fabqseg1"), nonce, ring bytes (u64 each)
+//       24        pid of the connecting side, then of the accepting side (u64 each)
+//       40        where each side mapped the segment, in the same order (u64 each)
+//       56        whether each side serves direct requests, same order (u32 each)
 //       64        RingControl of ring 0 (the connecting side's frames): tail at +0, head at
 //                 +64, consumer_asleep at +128, producer_blocked at +192
 //      320        RingControl of ring 1 (the accepting side's frames)
@@ -45,6 +48,23 @@
 // out by the framer before they are decoded. The segment is created 0600 by the connecting
 // side; the accepting side maps it only if its owner is the same user, and both unlink its
 // name as soon as they can (the accepting side right after mapping it).
+//
+// Direct copies. Above a size, an RMA write or read need not cross the ring: the target copies
+// straight between the initiator's buffers and its region (process_vm_readv(2) and
+// process_vm_writev(2), PeerMemory), one copy instead of two. That takes the initiator's pid,
+// which nobody may forge. Each side writes its pid and the address of its mapping into the
+// header before the other can look (create(), and open() before kConnAccept), and each side
+// proves what its peer wrote (prove_peer()): it reads the nonce through process_vm_readv() at
+// the peer's address in the peer's pid. Only the process that maps this very segment there
+// holds it (the nonce is random and known to the two sides alone), and the read succeeds only
+// if the kernel lets this process reach the peer's memory at all: another user's process, a
+// Yama ptrace_scope that forbids it, a peer that made itself non-dumpable, or a pid of another
+// PID namespace all fail the proof. A side that proved its peer says so in the header
+// (serve_peer()), and from then on the peer may send it direct requests; a side that did not
+// says nothing, and its peer's transfers go through the ring as before. The choice is made
+// once per connection, before either side's first request, so no request is ever refused for
+// it and the order of requests holds. After it, a copy that the kernel refuses (the peer made
+// itself non-dumpable since, or named memory it does not map) fails that one request.
 //
 // Thread safety: a Segment and its Rings belong to one connection and are used under its lock,
 // except the lock-free checks (readable(), writable(), arm_consumer()) that the progress engine
@@ -168,6 +188,16 @@ class Segment {
   Ring tx(bool connecting) const;
   Ring rx(bool connecting) const;
 
+  // Direct copies (above). The peer's pid if the proof holds, else 0. A few microseconds (one
+  // process_vm_readv()).
+  int prove_peer(bool connecting) const;
+  // This side serves the peer's direct requests. Release: pairs with peer_serves().
+  void serve_peer(bool connecting);
+  // The peer serves this side's direct requests. Acquire. Lock-free: a peer that wrote it
+  // only hurts itself (it receives requests naming this side's buffers, which the kernel
+  // already let it reach).
+  bool peer_serves(bool connecting) const;
+
  private:
   void reset();
   static std::string name_of(uint64_t id);
@@ -182,6 +212,22 @@ class Segment {
   // The creator's: its flock(LOCK_SH) says "this name is mine" to every sweep until unlink().
   // A child forked meanwhile shares the lock, and keeps the name too while it runs.
   core::UniqueFd lock_;
+};
+
+// The memory of a peer process that Segment::prove_peer() proved: copies between it and this
+// process, by the kernel, without a buffer in between. A value; any thread.
+inline constexpr size_t kMaxPeerRanges = 16;
+class PeerMemory {
+ public:
+  explicit PeerMemory(int pid) : pid_(pid) {}
+  // The peer's ranges remote[0..n) (n <= kMaxPeerRanges) to [at, at + len) here, or the reverse;
+  // len is the sum of their lengths. False when the kernel refuses or a range is not mapped: some
+  // bytes may have moved.
+  bool read(void* at, size_t len, const iovec* remote, size_t n) const;
+  bool write(const void* at, size_t len, const iovec* remote, size_t n) const;
+
+ private:
+  int pid_;
 };
 
 }  // namespace fabq::xport::shm

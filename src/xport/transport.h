@@ -56,7 +56,10 @@ struct TransportConfig {
   size_t connect_timeout_ms = 10000;  // a connection attempt (or accepted request) gives up
   size_t keepalive_ms = 30000;        // a silent peer is gone after this (0: no keep-alive)
   bool shm = true;                    // same-host connections move their frames in shared memory
-  size_t cm_backlog = 1024;           // per listener: connections in their handshake at once
+  // Through shared memory, an RMA write or read of at least this many bytes is copied directly
+  // between the two processes' memory (DirectCopy) instead of through the ring; 0: never.
+  size_t direct_min = 16384;
+  size_t cm_backlog = 1024;  // per listener: connections in their handshake at once
   // Called with after_round_arg after every progress round, holding none of the transport's
   // locks: the provider publishes there what its owners' upcalls left in its outbox (the
   // asynchronous events they caused). Null: nothing.
@@ -99,8 +102,10 @@ enum class RmaStatus : uint8_t {
   kNotGranted = 3,    // the region, or the target endpoint, does not allow that access
   kBadAtomic = 4,     // an operation or datatype the target does not perform
   kTargetFailed = 5,  // the target endpoint is in its error state or closing
+  kCopyFailed = 6,    // a direct copy (DirectCopy) was refused by the kernel, or some of the
+                      // initiator's buffers were not mapped: the region may be partly written
 };
-inline constexpr uint8_t kLastRmaStatus = static_cast<uint8_t>(RmaStatus::kTargetFailed);
+inline constexpr uint8_t kLastRmaStatus = static_cast<uint8_t>(RmaStatus::kCopyFailed);
 
 // When a send completes (fi_cq(3) COMPLETION EVENT SEMANTICS).
 enum class TxLevel : uint8_t {
@@ -141,6 +146,10 @@ struct TxOp {
   size_t result_len = 0;
   // Owned by the transport while submitted:
   bool accepted = false;  // the connection took it (set under its lock in submit())
+  // The connection sent it as a direct request (DirectCopy): the frame carries where its
+  // buffers are, `direct_desc` holds that description, and iov/len were rewritten to it.
+  bool direct = false;
+  unsigned char direct_desc[16 * kMaxIov] = {};
   unsigned char header[32] = {};
   size_t written = 0;  // header and payload bytes handed to the kernel
 };
@@ -183,14 +192,37 @@ struct Incoming {
   uint64_t key = 0;
   uint64_t addr = 0;
   RmaStatus status = RmaStatus::kOk;
+  // kReadResp: the answer to a direct read (TxOp::direct), whose bytes the target already
+  // copied into the result buffers: no payload.
+  bool direct = false;
 };
 
-// A remote read or atomic for the owner's memory (kReadReq, kAtomic), handed over whole.
+// The initiator's side of a direct request: its buffers stay in its own address space (a peer
+// process of the same host whose memory the kernel lets this process reach, xport/shm.h), and
+// the transport copies between them and the target's memory once the owner has checked the
+// access. Valid only during the remote_access() call it is passed to.
+class DirectCopy {
+ public:
+  // Moves the access's len bytes between the initiator's buffers and [at, at + len) of this
+  // process: into it for a write, out of it for a read. False when the kernel refused or some
+  // of the initiator's buffers were not mapped (some bytes may have moved).
+  virtual bool copy(void* at) const = 0;
+
+ protected:
+  ~DirectCopy() = default;
+};
+
+// A remote read or atomic for the owner's memory (kReadReq, kAtomic), or a direct write,
+// handed over whole.
 struct RemoteAccess {
   uint64_t key = 0;
   uint64_t addr = 0;
   size_t len = 0;  // bytes of the region it touches
   Connection* via = nullptr;
+  // A direct read or write: the owner checks the access, then calls direct->copy() instead of
+  // copying into `out` (which is null). `write`: a kWrite (FI_REMOTE_WRITE), not a read.
+  const DirectCopy* direct = nullptr;
+  bool write = false;
   // kAtomic only:
   bool atomic = false;
   uint8_t op = 0;
@@ -254,6 +286,8 @@ class Owner {
   // A remote read (kReadReq): copies the access's len bytes into `out` and returns kOk, or
   // returns why not and copies nothing. A remote atomic (kAtomic): performs it, writing the
   // previous values into `out` (count * datatype size bytes) for the fetch and compare forms.
+  // A direct read or write (a.direct): checks it as the others, then a.direct->copy() moves
+  // the bytes (kCopyFailed when it returns false).
   virtual RmaStatus remote_access(const RemoteAccess& a, void* out) = 0;
   // The peer answered kWrite `seq` of `c` with `status`. False for a number that names no write
   // awaiting it (a protocol violation: the connection fails).

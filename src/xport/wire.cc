@@ -116,10 +116,23 @@ Violation decode(const unsigned char* in, size_t max_payload, Header* out) {
   if (is_data(h.op)) allowed = kDataFlags;
   if (h.op == Op::kConnReq) allowed = kShmOffer | kAuth;
   if (h.op == Op::kConnAccept) allowed = kShmAccept;
-  if (h.op == Op::kWrite) allowed = kRemoteData;
+  if (h.op == Op::kWrite) allowed = kRemoteData | kDirect;
+  if (h.op == Op::kReadReq || h.op == Op::kReadResp) allowed = kDirect;
   if ((h.flags & ~allowed) != 0) return Violation::kBadFlags;
-  if (h.length > length_limit(h, max_payload)) return Violation::kTooLong;
-  if (h.op == Op::kReadReq && h.length != kReadReqSize) return Violation::kTooLong;
+  const bool direct = (h.flags & kDirect) != 0;
+  if (direct && (h.flags & kRemoteData) != 0) return Violation::kBadFlags;
+  if (direct) {
+    // Entries only (after a read's length); an answer carries nothing.
+    const size_t fixed = h.op == Op::kReadReq ? kReadReqSize : 0;
+    const size_t entries = h.length >= fixed ? h.length - fixed : 0;
+    const bool form = h.op == Op::kReadResp ? h.length == 0
+                                            : h.length > fixed && entries % kDirectEntrySize == 0 &&
+                                                  entries / kDirectEntrySize <= kMaxDirectEntries;
+    if (!form) return Violation::kTooLong;
+  } else {
+    if (h.length > length_limit(h, max_payload)) return Violation::kTooLong;
+    if (h.op == Op::kReadReq && h.length != kReadReqSize) return Violation::kTooLong;
+  }
   if (h.op == Op::kAtomic && h.length < kAtomicDescSize) return Violation::kTooLong;
   // A shared-memory offer names its segment in `tag` and proves it with `data`; a one-sided
   // request names its region and address there, and a response its Status in `data`.

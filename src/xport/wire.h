@@ -26,6 +26,17 @@
 // The target checks every request against its registered regions before it touches memory; a
 // refused one is answered with its Status and no payload, and the connection goes on.
 //
+// Through shared memory (below), a large write or read may be direct (kDirect): its payload
+// describes the initiator's buffers instead of carrying their bytes, as DirectEntry pairs
+// (address, length) in the initiator's address space, and the target copies between them and
+// its region itself (xport/transport.h DirectCopy, xport/shm.h PeerMemory), then answers as
+// above, a direct kReadResp with no payload. Only a peer that announced it serves direct
+// requests (shm.h) is sent one; one that did not gets a protocol violation.
+//
+//   kWrite|kDirect    payload: 1..kMaxIov entries; the length written is their sum
+//   kReadReq|kDirect  payload: the length to read (8 bytes), then 1..kMaxIov entries summing
+//                     to it                                  -> kReadResp|kDirect, no payload
+//
 // The connection protocol: the active side sends kConnReq (payload: the application's
 // connect data); the passive side answers kConnAccept or kConnReject (payload: accept or reject
 // data); the active side confirms an accept with kConnReady, after which both sides are
@@ -98,6 +109,9 @@ inline constexpr Op kLastOp = Op::kAtomicResp;
 
 // `data` of kRmaAck, kReadResp and kAtomicResp is an RmaStatus (xport/transport.h).
 inline constexpr size_t kReadReqSize = 8;
+// One buffer of a direct request: address (u64), length (u64).
+inline constexpr size_t kDirectEntrySize = 16;
+inline constexpr size_t kMaxDirectEntries = kMaxIov;
 // An atomic's description, the first 8 bytes of kAtomic's payload: op (fi_op), datatype
 // (fi_datatype), kind (AtomicKind), a zero byte, count (u32).
 inline constexpr size_t kAtomicDescSize = 8;
@@ -114,8 +128,9 @@ bool decode_atomic(const unsigned char* in, AtomicDesc* out);
 void put_u64(unsigned char* out, uint64_t v);
 uint64_t get_u64(const unsigned char* in);
 
-// Flags: kMsg and kTagged allow the data flags, kWrite kRemoteData, kConnReq kShmOffer and
-// kAuth, kConnAccept kShmAccept; other ops allow none.
+// Flags: kMsg and kTagged allow the data flags, kWrite kRemoteData or kDirect (not both),
+// kReadReq and kReadResp kDirect, kConnReq kShmOffer and kAuth, kConnAccept kShmAccept; other
+// ops allow none.
 enum Flag : uint32_t {
   kRemoteData = 1u << 0,     // `data` is FI_REMOTE_CQ_DATA for the receiver's completion
   kWantReceived = 1u << 1,   // the sender waits for kAckReceived (FI_TRANSMIT_COMPLETE)
@@ -123,6 +138,7 @@ enum Flag : uint32_t {
   kShmOffer = 1u << 3,       // kConnReq only: a shared-memory segment is offered (tag, data)
   kShmAccept = 1u << 4,      // kConnAccept only: the offered segment is taken
   kAuth = 1u << 5,           // kConnReq only: the payload ends with Nc; answer with kChallenge
+  kDirect = 1u << 6,         // kWrite, kReadReq, kReadResp: a direct request and its answer
 };
 inline constexpr uint32_t kDataFlags = kRemoteData | kWantReceived | kWantDelivered;
 
@@ -143,7 +159,8 @@ enum class Violation : uint8_t {
   kUnknownOp,
   kBadFlags,     // a flag the op does not allow
   kTooLong,      // length above the limit of the op (core::kCmDataSize, max_payload, the fixed size
-                 // of kChallenge, kProof and kReadReq, the atomic limit, or 0)
+                 // of kChallenge, kProof and kReadReq, the atomic limit, or 0), or not the form
+                 // of a direct request's entries
   kBadStatus,    // a response whose Status is unknown, or kOk-less with a payload
   kUnusedField,  // tag, data or seq nonzero where the op does not use it
 };

@@ -266,9 +266,10 @@ class FakeOwner final : public Owner {
     }
     if (in.kind != InKind::kMsg) {
       auto it = one_sided_.find({in.via, in.seq});
-      const size_t want =
-          it == one_sided_.end() || in.status != RmaStatus::kOk ? 0 : it->second->result_len;
-      if (it == one_sided_.end() || in.len != want) {
+      const size_t want = it == one_sided_.end() || in.status != RmaStatus::kOk || in.direct
+                              ? 0
+                              : it->second->result_len;
+      if (it == one_sided_.end() || in.len != want || in.direct != it->second->direct) {
         p->bad = true;
         return true;
       }
@@ -359,10 +360,14 @@ class FakeOwner final : public Owner {
 
   RmaStatus remote_access(const RemoteAccess& a, void* out) override {
     std::lock_guard lock(mu_);
-    journal_.push_back(a.atomic ? "atomic" : "read");
+    journal_.push_back(a.atomic   ? "atomic"
+                       : a.direct ? (a.write ? "direct write" : "direct read")
+                                  : "read");
     const RmaStatus s = check_locked(a.key, a.addr, a.len);
     if (s != RmaStatus::kOk) return s;
-    if (!a.atomic) {
+    if (a.direct != nullptr) {
+      if (!a.direct->copy(region_.base + a.addr)) return RmaStatus::kCopyFailed;
+    } else if (!a.atomic) {
       std::memcpy(out, region_.base + a.addr, a.len);
     } else if (!core::atomic_valid(a.kind, a.op, a.datatype)) {
       return RmaStatus::kBadAtomic;

@@ -210,6 +210,8 @@ template <class Base>
 class Harness : public Base {
  protected:
   virtual bool use_shm() const = 0;
+  // A fixture's changes to the transport's configuration.
+  virtual void configure(TransportConfig*) {}
 
   void SetUp() override {
     {
@@ -221,6 +223,7 @@ class Harness : public Base {
     c.connect_timeout_ms = 5000;
     c.log = &log_line;
     c.after_round = &count_round;
+    configure(&c);
     t_ = make_tcp_transport(c);
     ASSERT_NE(t_, nullptr);
   }

@@ -2,10 +2,14 @@
 // shared memory: a write lands in the owner's region and is acknowledged with its status, a
 // read and an atomic are answered with the region's bytes, a refusal comes back with its status
 // and no bytes, and an answer to a request this side never made fails the connection
-// (xport/transport.h RemoteAccess, Owner::rma_acked; wire.h one-sided frames).
+// (xport/transport.h RemoteAccess, Owner::rma_acked; wire.h one-sided frames). Through shared
+// memory, large writes and reads are direct: the target copies between the initiator's buffers
+// and its region (xport/shm.h, DirectCopy).
 #include <gtest/gtest.h>
 #include <rdma/fi_atomic.h>
+#include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -128,6 +132,141 @@ TEST_P(TransportTest, AWriteTheOwnerRefusesIsReadPastAndTheConnectionGoesOn) {
   EXPECT_EQ(client_.answers()[0].second, RmaStatus::kOutOfBounds);
   EXPECT_EQ(client_.answers()[1].second, RmaStatus::kOk);
   EXPECT_EQ(std::string(region.begin(), region.begin() + 3), "ok.");
+}
+
+// =============================================================================================
+// Direct copies through shared memory (shm.h): a large write or read names the initiator's
+// buffers and the target copies between them and its region itself.
+
+bool journal_has(const FakeOwner& o, const std::string& line) {
+  const std::vector<std::string> j = o.journal();
+  return std::find(j.begin(), j.end(), line) != j.end();
+}
+
+constexpr size_t kDirectMin = TransportConfig{}.direct_min;
+
+TEST_P(TransportTest, ALargeWriteThroughSharedMemoryIsCopiedStraightFromTheInitiatorsBuffers) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  std::vector<unsigned char> region(3 * kDirectMin, '.');
+  server_.set_region(kKey, region.data(), region.size());
+  // Three buffers of the initiator, with an empty one between them.
+  std::string a(kDirectMin, 'a'), b(kDirectMin / 2, 'b');
+  OneSided w;
+  write_op(&w, 4, 100, "");
+  w.op.iov[0] = {a.data(), a.size()};
+  w.op.iov[1] = {nullptr, 0};
+  w.op.iov[2] = {b.data(), b.size()};
+  w.op.iov_count = 3;
+  w.op.len = a.size() + b.size();
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), &w.op));
+  ASSERT_TRUE(pump([&] { return client_.answers().size() == 1; }));
+  EXPECT_EQ(client_.answers()[0], std::make_pair(uint32_t{4}, RmaStatus::kOk));
+  EXPECT_EQ(journal_has(server_, "direct write"), GetParam()) << "direct only through shm";
+  EXPECT_EQ(w.op.direct, GetParam());
+  EXPECT_EQ(std::string(region.begin() + 100, region.begin() + 100 + a.size()), a);
+  EXPECT_EQ(
+      std::string(region.begin() + 100 + a.size(), region.begin() + 100 + a.size() + b.size()), b);
+  EXPECT_EQ(region[99], '.');
+  EXPECT_EQ(region[100 + a.size() + b.size()], '.');
+}
+
+TEST_P(TransportTest, ALargeReadThroughSharedMemoryIsCopiedStraightIntoTheResultBuffers) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  std::string region(2 * kDirectMin, '\0');
+  for (size_t i = 0; i < region.size(); ++i) region[i] = static_cast<char>('a' + i % 26);
+  server_.set_region(kKey, reinterpret_cast<unsigned char*>(region.data()), region.size());
+  OneSided r;
+  read_op(&r, 5, kKey, 3, kDirectMin + 10);
+  std::string tail(10, '\0');
+  r.op.result[0] = {r.data.data(), kDirectMin};
+  r.op.result[1] = {tail.data(), tail.size()};
+  r.op.result_count = 2;
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), &r.op));
+  ASSERT_TRUE(pump([&] { return client_.answers().size() == 1; }));
+  EXPECT_EQ(client_.answers()[0], std::make_pair(uint32_t{5}, RmaStatus::kOk));
+  EXPECT_EQ(journal_has(server_, "direct read"), GetParam());
+  EXPECT_EQ(r.data.substr(0, kDirectMin), region.substr(3, kDirectMin));
+  EXPECT_EQ(tail, region.substr(3 + kDirectMin, 10));
+}
+
+TEST_P(TransportTest, TransfersBelowTheThresholdTravelInTheirFrames) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  std::vector<unsigned char> region(kDirectMin, '.');
+  server_.set_region(kKey, region.data(), region.size());
+  OneSided w, r;
+  ASSERT_NO_FATAL_FAILURE(
+      send(client_, p.client.get(), write_op(&w, 1, 0, std::string(kDirectMin - 1, 'w'))));
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), read_op(&r, 2, kKey, 0, kDirectMin - 1)));
+  ASSERT_TRUE(pump([&] { return client_.answers().size() == 2; }));
+  EXPECT_FALSE(journal_has(server_, "direct write"));
+  EXPECT_FALSE(journal_has(server_, "direct read"));
+  EXPECT_EQ(r.data, std::string(kDirectMin - 1, 'w'));
+}
+
+TEST_P(TransportTest, ADirectWriteOutsideTheRegionIsRefusedAndTouchesNothing) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  std::vector<unsigned char> region(2 * kDirectMin, '.');
+  server_.set_region(kKey, region.data(), kDirectMin);  // the second half is a guard
+  OneSided w, after;
+  ASSERT_NO_FATAL_FAILURE(
+      send(client_, p.client.get(), write_op(&w, 1, 1, std::string(kDirectMin, 'X'))));
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), write_op(&after, 2, 0, "ok")));
+  ASSERT_TRUE(pump([&] { return client_.answers().size() == 2; }));
+  EXPECT_EQ(client_.answers()[0].second, RmaStatus::kOutOfBounds);
+  EXPECT_EQ(client_.answers()[1].second, RmaStatus::kOk);
+  EXPECT_EQ(std::count(region.begin(), region.end(), 'X'), 0);
+}
+
+// Direct copies are shared memory's: these run once, through it.
+class TransportShmTest : public TransportTest {};
+INSTANTIATE_TEST_SUITE_P(, TransportShmTest, ::testing::Values(true), tcp_or_shm);
+
+TEST_P(TransportShmTest, ADirectWriteFromMemoryTheInitiatorDoesNotMapFailsAloneWithCopyFailed) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  std::vector<unsigned char> region(2 * kDirectMin, '.');
+  server_.set_region(kKey, region.data(), region.size());
+  // An address range that was mapped and no longer is.
+  const size_t len = 2 * kDirectMin;
+  void* gone = mmap(nullptr, len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(gone, MAP_FAILED);
+  ASSERT_EQ(munmap(gone, len), 0);
+  OneSided w, after;
+  write_op(&w, 1, 0, "");
+  w.op.iov[0] = {gone, len};
+  w.op.len = len;
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), &w.op));
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), write_op(&after, 2, 0, "ok")));
+  ASSERT_TRUE(pump([&] { return client_.answers().size() == 2; }));
+  EXPECT_EQ(client_.answers()[0].second, RmaStatus::kCopyFailed);
+  EXPECT_EQ(client_.answers()[1].second, RmaStatus::kOk) << "the connection goes on";
+  EXPECT_TRUE(p.client->open());
+}
+
+class TransportNoDirectTest : public TransportTest {
+ protected:
+  void configure(TransportConfig* c) override { c->direct_min = 0; }
+};
+INSTANTIATE_TEST_SUITE_P(, TransportNoDirectTest, ::testing::Values(true), tcp_or_shm);
+
+TEST_P(TransportNoDirectTest, WithDirectCopiesOffLargeTransfersTravelThroughTheRing) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  std::vector<unsigned char> region(4 * kDirectMin, '.');
+  server_.set_region(kKey, region.data(), region.size());
+  OneSided w, r;
+  ASSERT_NO_FATAL_FAILURE(
+      send(client_, p.client.get(), write_op(&w, 1, 0, std::string(4 * kDirectMin, 'w'))));
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), read_op(&r, 2, kKey, 0, 4 * kDirectMin)));
+  ASSERT_TRUE(pump([&] { return client_.answers().size() == 2; }));
+  EXPECT_EQ(client_.answers()[1].second, RmaStatus::kOk);
+  EXPECT_FALSE(journal_has(server_, "direct write"));
+  EXPECT_FALSE(journal_has(server_, "direct read"));
+  EXPECT_EQ(r.data, std::string(4 * kDirectMin, 'w'));
 }
 
 }  // namespace

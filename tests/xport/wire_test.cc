@@ -420,6 +420,41 @@ TEST(WireDecode, AReadRequestIsExactlyItsLengthAndAnAtomicAtLeastItsDescription)
   EXPECT_EQ(decode_bytes(encoded(write)), Violation::kTooLong) << "payload and CQ data at most";
 }
 
+TEST(WireDecode, DirectRequestsCarryOneToFourEntriesAndTheirAnswerNothing) {
+  EXPECT_EQ(kDirect, 64u);
+  EXPECT_EQ(kDirectEntrySize, 16u);
+  for (uint32_t entries = 0; entries <= kMaxDirectEntries + 1; ++entries) {
+    const bool fits = entries >= 1 && entries <= kMaxDirectEntries;
+    Header write{.op = Op::kWrite, .flags = kDirect, .length = 16 * entries, .tag = 1, .data = 2};
+    EXPECT_EQ(decode_bytes(encoded(write)), fits ? Violation::kNone : Violation::kTooLong)
+        << entries << " entries";
+    Header read{.op = Op::kReadReq,
+                .flags = kDirect,
+                .length = static_cast<uint32_t>(kReadReqSize + 16 * entries),
+                .tag = 1};
+    EXPECT_EQ(decode_bytes(encoded(read)), fits ? Violation::kNone : Violation::kTooLong)
+        << entries << " entries";
+  }
+  // The entries are whole, whatever the receiver's limit says.
+  Header cut{.op = Op::kWrite, .flags = kDirect, .length = 24, .tag = 1};
+  EXPECT_EQ(decode_bytes(encoded(cut), nullptr, SIZE_MAX), Violation::kTooLong);
+  Header answer{.op = Op::kReadResp, .flags = kDirect, .seq = 3};
+  EXPECT_EQ(decode_bytes(encoded(answer)), Violation::kNone);
+  answer.length = 1;
+  EXPECT_EQ(decode_bytes(encoded(answer)), Violation::kTooLong) << "the bytes are already there";
+}
+
+TEST(WireDecode, DirectIsOnlyForWritesReadsAndReadAnswersAndNeverWithCqData) {
+  for (const Op op : kAllOps) {
+    if (op == Op::kWrite || op == Op::kReadReq || op == Op::kReadResp) continue;
+    Header h = full_header(op);
+    h.flags = kDirect;
+    EXPECT_EQ(decode_bytes(encoded(h)), Violation::kBadFlags) << op_name(op);
+  }
+  Header h{.op = Op::kWrite, .flags = kDirect | kRemoteData, .length = 16, .tag = 1};
+  EXPECT_EQ(decode_bytes(encoded(h)), Violation::kBadFlags);
+}
+
 TEST(WireDecode, AWriteWithCqDataFitsUnderTheLargestLimitToo) {
   Header h{.op = Op::kWrite, .flags = kRemoteData, .length = 8, .seq = 1, .tag = 1, .data = 1};
   EXPECT_EQ(decode_bytes(encoded(h), nullptr, SIZE_MAX), Violation::kNone)
