@@ -363,6 +363,9 @@ int Segment::prove_peer(bool connecting) const {
   const uint64_t at = h->base[peer].load(std::memory_order_relaxed);
   // Linux pids are 1..2^22; the nonce sits at offset 8 of the peer's mapping.
   if (pid == 0 || pid > (1u << 22) || at == 0 || at > UINTPTR_MAX - 16) return 0;
+  // A peer that names this side's own mapping would prove nothing but that this side holds the
+  // nonce (it wrote what this side announced into its own slot).
+  if (pid == static_cast<uint64_t>(getpid()) && at == reinterpret_cast<uintptr_t>(base_)) return 0;
   uint64_t seen = 0;
   const PeerMemory peer_memory(static_cast<int>(pid));
   const iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(at) + 8), sizeof(seen)};

@@ -61,7 +61,11 @@
 // Yama ptrace_scope that forbids it, a peer that made itself non-dumpable, or a pid of another
 // PID namespace all fail the proof. A side that proved its peer says so in the header
 // (serve_peer()), and from then on the peer may send it direct requests; a side that did not
-// says nothing, and its peer's transfers go through the ring as before. The choice is made
+// says nothing, and its peer's transfers go through the ring as before. A peer that names this
+// side's own mapping (this side's pid and address, copied from its slot) proves nothing and is
+// refused. What the proof cannot rule out is a peer of the same user that planted the nonce at
+// a known address of a third process of that user and names it: the copies then reach that
+// process, which the kernel lets this process reach anyway. The choice is made
 // once per connection, before either side's first request, so no request is ever refused for
 // it and the order of requests holds. After it, a copy that the kernel refuses (the peer made
 // itself non-dumpable since, or named memory it does not map) fails that one request.

@@ -11,6 +11,9 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 
+#include <rdma/fi_domain.h>
+
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <string>
@@ -66,6 +69,29 @@ std::vector<std::string> segment_names_of(pid_t pid) {
   }
   return out;
 }
+
+// A second view of `seg`'s memory, mapped while its name still exists; unmapped with the
+// returned guard.
+struct View {
+  void* base = MAP_FAILED;
+  static constexpr size_t kSize = 4096 + 2 * shm::kRingBytes;
+  explicit View(const shm::Segment& seg) {
+    const std::string name = "/dev/shm/fabq-" + std::to_string(seg.id() >> 32) + "-" +
+                             std::to_string(seg.id() & 0xffffffffu);
+    const int fd = open(name.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return;
+    base = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+  }
+  ~View() {
+    if (base != MAP_FAILED) munmap(base, kSize);
+  }
+  bool valid() const { return base != MAP_FAILED; }
+  template <class T>
+  std::atomic<T>& at(size_t offset) const {
+    return *reinterpret_cast<std::atomic<T>*>(static_cast<unsigned char*>(base) + offset);
+  }
+};
 
 // The accepting side: fabq's passive endpoint accepts the raw peer and posts one receive.
 struct Accepted {
@@ -171,27 +197,17 @@ TEST_P(CorruptedRing, FailsOnlyThatConnectionWithReqErr) {
     if (!conn.dial(link)) return;
     shm::Segment seg = shm::Segment::create();
     ASSERT_TRUE(seg.valid());
-    // A second view of the segment, mapped while its name still exists.
-    const std::string name = "/dev/shm/fabq-" + std::to_string(seg.id() >> 32) + "-" +
-                             std::to_string(seg.id() & 0xffffffffu);
-    const int fd = open(name.c_str(), O_RDWR | O_CLOEXEC);
-    ASSERT_GE(fd, 0) << name;
-    const size_t size = 4096 + 2 * shm::kRingBytes;
-    void* view = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    ASSERT_NE(view, MAP_FAILED);
+    const View view(seg);
+    ASSERT_TRUE(view.valid());
     const RawConnection::ShmOffer offer{seg.id(), seg.nonce()};
     uint32_t flags = 0;
     if (!conn.handshake("bad!", &offer, &flags)) return;
     ASSERT_NE(flags & kShmAccept, 0u);
     if (!link.wait('g')) return;
-    auto* field = reinterpret_cast<std::atomic<uint64_t>*>(static_cast<unsigned char*>(view) + 64 +
-                                                           256 * c.ring + c.offset);
-    field->store(c.value, std::memory_order_release);
+    view.at<uint64_t>(64 + 256 * c.ring + c.offset).store(c.value, std::memory_order_release);
     ASSERT_TRUE(conn.doorbell());
     link.signal('c');
     EXPECT_TRUE(conn.closed_by_peer()) << "fabq kept a connection whose ring was corrupted";
-    munmap(view, size);
     link.signal('x');
   });
   Accepted a;
@@ -224,6 +240,214 @@ INSTANTIATE_TEST_SUITE_P(
                       Corruption{"TailBehindTheHead", 0, 0, ~uint64_t{0}},
                       Corruption{"HeadPastTheTailOfFabqsRing", 1, 64, 12345}),
     [](const ::testing::TestParamInfo<Corruption>& p) { return std::string(p.param.name); });
+
+// Direct requests (shm.h): fabq copies between a peer's buffers and its regions only for a peer
+// whose pid and mapping it proved, and only as the request's entries say. The raw peer here is
+// a process of its own; fabq's side is this one, with a region of kRegion bytes of '.' (key
+// kKey, offsets) between guards.
+constexpr uint64_t kKey = 0x77;
+constexpr size_t kRegion = 64 * 1024;
+// Header offsets of shm.h: each side's pid, mapping address and "serves direct requests".
+constexpr size_t kPidOf[2] = {24, 32};
+constexpr size_t kBaseOf[2] = {40, 48};
+constexpr size_t kServesOf[2] = {56, 60};
+
+struct RmaTarget {
+  RmaTarget()
+      : s([] {
+          Options o;
+          o.caps = FI_MSG | FI_RMA;
+          return o;
+        }()) {}
+  ~RmaTarget() {
+    if (mr != nullptr) fi_close(&mr->fid);
+  }
+  // Listens, takes the raw peer's request (after `before_accept`), registers the region and
+  // accepts.
+  void accept(Peer& raw, const std::function<void()>& before_accept = nullptr) {
+    const uint16_t port = s.listen();
+    ASSERT_NE(port, 0);
+    ASSERT_TRUE(raw.link().put_u64(port));
+    fi_info* info = s.wait_connreq();
+    ASSERT_NE(info, nullptr);
+    if (before_accept) before_accept();
+    ASSERT_TRUE(s.open_endpoint(info));
+    std::memset(mem.data(), '#', mem.size());
+    std::memset(region(), '.', kRegion);
+    ASSERT_EQ(fi_mr_reg(s.domain(), region(), kRegion, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, kKey, 0,
+                        &mr, nullptr),
+              0);
+    ASSERT_TRUE(s.accept());
+  }
+  char* region() { return mem.data() + 4096; }
+  bool guards_intact() const {
+    return std::all_of(mem.begin(), mem.begin() + 4096, [](char c) { return c == '#'; }) &&
+           std::all_of(mem.end() - 4096, mem.end(), [](char c) { return c == '#'; });
+  }
+  Side s;
+  std::string mem = std::string(4096 + kRegion + 4096, '#');
+  fid_mr* mr = nullptr;
+};
+
+std::string direct_entry(const void* addr, uint64_t len) {
+  std::string e;
+  put_le(e, reinterpret_cast<uintptr_t>(addr), 8);
+  put_le(e, len, 8);
+  return e;
+}
+
+// Reads one frame's header (and payload) from the ring.
+bool ring_frame(shm::Ring& ring, Header* h, std::string* payload) {
+  std::string head;
+  if (!ring_read(ring, kHeaderSize, &head)) return false;
+  const auto* p = reinterpret_cast<const unsigned char*>(head.data());
+  h->op = p[3];
+  h->flags = static_cast<uint32_t>(get_le(p + 4, 4));
+  h->length = static_cast<uint32_t>(get_le(p + 8, 4));
+  h->seq = static_cast<uint32_t>(get_le(p + 12, 4));
+  h->data = get_le(p + 24, 8);
+  payload->clear();
+  return ring_read(ring, h->length, payload);
+}
+
+TEST(MsgShm, APeerThatNamesFabqsOwnMappingIsNotServedAndItsDirectRequestFailsTheConnection) {
+  SKIP_UNLESS_FABQ();
+  Peer raw([](Link& link) {
+    RawConnection conn;
+    if (!conn.dial(link)) return;
+    shm::Segment seg = shm::Segment::create();
+    ASSERT_TRUE(seg.valid());
+    const View view(seg);
+    ASSERT_TRUE(view.valid());
+    const RawConnection::ShmOffer offer{seg.id(), seg.nonce()};
+    uint32_t flags = 0;
+    // Once fabq has mapped the segment and written its pid and address, claim them as this
+    // side's: proving them would prove nothing.
+    const bool shook = conn.handshake("forged", &offer, &flags, [&] {
+      if (!link.wait('m')) return;
+      view.at<uint64_t>(kPidOf[0]).store(view.at<uint64_t>(kPidOf[1]).load());
+      view.at<uint64_t>(kBaseOf[0]).store(view.at<uint64_t>(kBaseOf[1]).load());
+      link.signal('f');
+    });
+    if (!shook) return;
+    ASSERT_NE(flags & kShmAccept, 0u);
+    EXPECT_EQ(view.at<uint32_t>(kServesOf[1]).load(), 0u) << "fabq serves a peer it did not prove";
+    // A direct write that would copy from fabq's own memory into its region.
+    std::string entries =
+        direct_entry(reinterpret_cast<void*>(view.at<uint64_t>(kBaseOf[1]).load()), 4096);
+    shm::Ring tx = seg.tx(/*connecting=*/true);
+    ASSERT_TRUE(ring_write(tx, encode(Header{.op = kWrite,
+                                             .flags = kDirect,
+                                             .length = static_cast<uint32_t>(entries.size()),
+                                             .seq = 1,
+                                             .tag = kKey}) +
+                                   entries));
+    ASSERT_TRUE(conn.doorbell());
+    EXPECT_TRUE(conn.closed_by_peer()) << "fabq kept a connection that sent a forbidden request";
+    link.signal('x');
+  });
+  RmaTarget t;
+  ASSERT_NO_FATAL_FAILURE(t.accept(raw, [&] {
+    ASSERT_TRUE(raw.link().signal('m'));
+    ASSERT_TRUE(raw.link().wait('f'));
+  }));
+  fid_ep* const ep = t.s.ep();
+  uint32_t event = 0;
+  CmEvent ev;
+  CmError err;
+  ASSERT_EQ(t.s.read_event(&event, &ev, kTimeoutMs, &err), -FI_EAVAIL) << "event " << event;
+  EXPECT_EQ(err.entry.fid, &ep->fid);
+  EXPECT_EQ(err.entry.prov_errno, static_cast<int>(FI_FABQ_EVENT_EP_REQ_ERR));
+  EXPECT_EQ(std::count(t.region(), t.region() + kRegion, '.'), static_cast<long>(kRegion))
+      << "the region was written";
+  EXPECT_TRUE(t.guards_intact());
+  ASSERT_TRUE(t.s.await(raw.link(), 'x'));
+  EXPECT_EQ(raw.join(&t.s), 0);
+}
+
+TEST(MsgShm, AProvedPeersDirectWriteAndReadAreServedAndEntriesThatLieFailTheConnection) {
+  SKIP_UNLESS_FABQ();
+  Peer raw([](Link& link) {
+    RawConnection conn;
+    if (!conn.dial(link)) return;
+    shm::Segment seg = shm::Segment::create();
+    ASSERT_TRUE(seg.valid());
+    const View view(seg);
+    ASSERT_TRUE(view.valid());
+    const RawConnection::ShmOffer offer{seg.id(), seg.nonce()};
+    uint32_t flags = 0;
+    if (!conn.handshake("direct", &offer, &flags)) return;
+    ASSERT_NE(flags & kShmAccept, 0u);
+    EXPECT_EQ(view.at<uint32_t>(kServesOf[1]).load(), 1u) << "fabq did not prove its peer";
+    shm::Ring tx = seg.tx(/*connecting=*/true);
+    shm::Ring rx = seg.rx(/*connecting=*/true);
+    // 20 KiB from two buffers of this process to offset 100 of the region.
+    const std::string a(12 * 1024, 'a'), b(8 * 1024, 'b');
+    std::string entries = direct_entry(a.data(), a.size()) + direct_entry(b.data(), b.size());
+    ASSERT_TRUE(ring_write(tx, encode(Header{.op = kWrite,
+                                             .flags = kDirect,
+                                             .length = static_cast<uint32_t>(entries.size()),
+                                             .seq = 1,
+                                             .tag = kKey,
+                                             .data = 100}) +
+                                   entries));
+    ASSERT_TRUE(conn.doorbell());
+    Header h;
+    std::string payload;
+    ASSERT_TRUE(ring_frame(rx, &h, &payload));
+    EXPECT_EQ(h.op, kRmaAck);
+    EXPECT_EQ(h.seq, 1u);
+    EXPECT_EQ(h.data, 0u) << "status";
+    // Read those 20 KiB back into one buffer of this process.
+    std::string back(a.size() + b.size(), '\0');
+    std::string read_req;
+    put_le(read_req, back.size(), 8);
+    read_req += direct_entry(back.data(), back.size());
+    ASSERT_TRUE(ring_write(tx, encode(Header{.op = kReadReq,
+                                             .flags = kDirect,
+                                             .length = static_cast<uint32_t>(read_req.size()),
+                                             .seq = 2,
+                                             .tag = kKey,
+                                             .data = 100}) +
+                                   read_req));
+    ASSERT_TRUE(conn.doorbell());
+    ASSERT_TRUE(ring_frame(rx, &h, &payload));
+    EXPECT_EQ(h.op, kReadResp);
+    EXPECT_EQ(h.flags, kDirect);
+    EXPECT_EQ(h.data, 0u) << "status";
+    EXPECT_EQ(payload, "") << "the bytes were copied, not sent";
+    EXPECT_EQ(back, a + b);
+    // A read whose entries hold less than its length.
+    std::string lie;
+    put_le(lie, 4096, 8);
+    lie += direct_entry(back.data(), 100);
+    ASSERT_TRUE(ring_write(tx, encode(Header{.op = kReadReq,
+                                             .flags = kDirect,
+                                             .length = static_cast<uint32_t>(lie.size()),
+                                             .seq = 3,
+                                             .tag = kKey}) +
+                                   lie));
+    ASSERT_TRUE(conn.doorbell());
+    EXPECT_TRUE(conn.closed_by_peer()) << "fabq kept a connection whose request lied";
+    link.signal('x');
+  });
+  RmaTarget t;
+  ASSERT_NO_FATAL_FAILURE(t.accept(raw));
+  fid_ep* const ep = t.s.ep();
+  ASSERT_TRUE(t.s.await(raw.link(), 'x'));
+  uint32_t event = 0;
+  CmEvent ev;
+  CmError err;
+  ASSERT_EQ(t.s.read_event(&event, &ev, kTimeoutMs, &err), -FI_EAVAIL) << "event " << event;
+  EXPECT_EQ(err.entry.fid, &ep->fid);
+  EXPECT_EQ(err.entry.prov_errno, static_cast<int>(FI_FABQ_EVENT_EP_REQ_ERR));
+  EXPECT_EQ(std::string(t.region() + 100, 20 * 1024),
+            std::string(12 * 1024, 'a') + std::string(8 * 1024, 'b'));
+  EXPECT_EQ(std::count(t.region(), t.region() + kRegion, '.'),
+            static_cast<long>(kRegion - 20 * 1024));
+  EXPECT_TRUE(t.guards_intact());
+  EXPECT_EQ(raw.join(&t.s), 0);
+}
 
 // Two fabq processes: the segment's name is gone once they are connected (the accepting side
 // unlinks it as soon as it maps it), so nothing is left in /dev/shm, whoever dies later.

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "support/peer.h"
@@ -55,6 +56,9 @@ constexpr uint32_t kRemoteData = 1u << 0;  // kMsg, kTagged, kWrite: CQ data goe
 constexpr uint32_t kShmOffer = 1u << 3;    // kConnReq: tag names a segment, data is its nonce
 constexpr uint32_t kShmAccept = 1u << 4;   // kConnAccept: the offer is taken
 constexpr uint32_t kAuth = 1u << 5;        // kConnReq: the payload ends with a 16-byte nonce
+// kWrite, kReadReq, kReadResp: the payload names the initiator's buffers, (address u64, length
+// u64) each, after a read's length; only through shared memory, from a peer the target proved.
+constexpr uint32_t kDirect = 1u << 6;
 
 struct Header {
   uint16_t magic = kMagic;
@@ -176,8 +180,10 @@ class RawConnection {
     uint64_t id;
     uint64_t nonce;
   };
+  // `after_request` runs between the kConnReq and the wait for the answer.
   bool handshake(const std::string& data, const ShmOffer* offer = nullptr,
-                 uint32_t* accept_flags = nullptr) {
+                 uint32_t* accept_flags = nullptr,
+                 const std::function<void()>& after_request = nullptr) {
     Header req{.op = kConnReq, .length = static_cast<uint32_t>(data.size())};
     if (offer != nullptr) {
       req.flags = kShmOffer;
@@ -185,6 +191,7 @@ class RawConnection {
       req.data = offer->nonce;
     }
     if (!send_all(encode(req) + data)) return false;
+    if (after_request) after_request();
     unsigned char h[kHeaderSize];
     if (!recv_exact(h, sizeof(h))) return false;
     EXPECT_EQ(get_le(h, 2), kMagic);
