@@ -57,14 +57,17 @@ void usage(FILE* out) {
                "  --reps N           repetitions per scenario and provider (default 7)\n"
                "  --gap-us N         writer's pause before each wake-up (default 5)\n"
                "  --quick            smaller samples and 2 repetitions (a smoke run)\n"
+               "  --rma-threads      run the two sides of each RMA scenario as two threads of\n"
+               "                     one process instead of two processes\n"
                "  --out DIR          also write bench.txt, .csv, .json and bench.svg to DIR\n"
                "  --list             list the chosen scenarios and the providers, then exit\n"
                "\n"
                "The MSG scenarios (msg-*) connect two FI_EP_MSG endpoints over TCP on\n"
                "127.0.0.1, one per thread; they run on fabq, tcp-core and sockets.\n"
-               "The RMA scenarios (rma-*) pair two FI_EP_RDM endpoints, one per thread, one\n"
-               "writing, reading or adding to the other's memory region; they run on fabq,\n"
-               "tcp (ofi_rxm over tcp), sockets and shm.\n");
+               "The RMA scenarios (rma-*) pair two FI_EP_RDM endpoints, one per process (one\n"
+               "per thread of one process with --rma-threads), one writing, reading or adding\n"
+               "to the other's memory region; they run on fabq, tcp (ofi_rxm over tcp),\n"
+               "sockets and shm.\n");
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -146,6 +149,8 @@ int run_bench(int argc, char** argv) {
       list = true;
     } else if (arg == "--quick") {
       quick = true;
+    } else if (arg == "--rma-threads") {
+      options.rma_threads = true;
     } else if (arg == "--providers" && (v = value()) != nullptr) {
       provider_names = split(v);
     } else if (arg == "--scenarios" && (v = value()) != nullptr) {

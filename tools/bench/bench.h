@@ -5,9 +5,9 @@
 // queue scenarios, each validating everything it reads; msg.cc (msg.h) the scenarios over
 // FI_EP_MSG connections, msg_peer.cc (msg_peer.h) those connections; rma.cc (rma.h) the RMA
 // and atomic scenarios over FI_EP_RDM endpoints, rma_side.cc (rma_side.h) their two sides,
-// memory regions and operations; isolate.cc runs one
-// provider's scenarios in a child process; stats.cc reduces samples; report.cc prints the table
-// and writes CSV, JSON and the gnuplot plot; bench.cc parses options and interleaves the
+// memory regions and operations and the process that plays their server side; isolate.cc runs
+// one provider's scenarios in a child process; stats.cc reduces samples; report.cc prints the
+// table and writes CSV, JSON and the gnuplot plot; bench.cc parses options and interleaves the
 // providers.
 #pragma once
 
@@ -79,6 +79,10 @@ struct Options {
   uint64_t rma_ops = 10'000;         // timed operations per bandwidth or atomic sample
   uint64_t rma_bytes = 64ULL << 20;
   uint64_t rma_window = 64;  // operations in flight (as fi_rma_bw's default window)
+  // The two sides of an RMA scenario as two threads of one process instead of two processes
+  // (rma_side.h): one-sided operations within a process, which a provider may carry out
+  // otherwise.
+  bool rma_threads = false;
 };
 
 // How a scenario's figure reads.

@@ -1,6 +1,8 @@
 // Each provider runs in a child process of its own: a provider that deadlocks (libfabric 1.17's
 // sockets counter does, once its signal socket fills) or crashes costs that scenario a FAILED
-// line, not the whole run. The parent never loads libfabric, so forking it is safe.
+// line, not the whole run. The parent never loads libfabric, so forking it is safe; so is the
+// child's fork of the RMA scenarios' server process, made before the child's first libfabric
+// call.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -8,15 +10,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "tools/bench/bench.h"
+#include "tools/bench/rma.h"
 
 namespace fabq::tools::bench {
 namespace {
+
+// The exit status of a child that reported every scenario it ran but lost its RMA server
+// process (which cannot be forked again once libfabric is initialised): the scenarios left
+// go on in a new child, none of them failed.
+constexpr int kStartAgain = 75;
 
 // One line per finished scenario: "<index> <state> <value> <p99> <allocs> <cpu> <why>\n".
 std::string encode(size_t index, const Sample& s) {
@@ -55,18 +65,32 @@ void write_all(int fd, const std::string& text) {
 [[noreturn]] void child(int fd, const ProviderSpec& spec,
                         const std::vector<const Scenario*>& scenarios,
                         const std::vector<size_t>& todo, const Options& o) {
+  // The RMA scenarios' server side is a process of its own, forked before Provider::open
+  // initialises libfabric here.
+  std::optional<rma::ServerProcess> server;
+  if (!o.rma_threads &&
+      std::any_of(todo.begin(), todo.end(), [&](size_t i) { return rma::is_rma(*scenarios[i]); })) {
+    server.emplace(spec, scenarios, o, fd);
+  }
   std::string why;
   std::unique_ptr<Provider> p = Provider::open(spec, &why);
-  for (const size_t i : todo) {
+  for (size_t k = 0; k < todo.size(); ++k) {
+    const size_t i = todo[k];
     Sample s;
     if (!p) {
       s.state = Sample::State::kUnsupported;
       s.why = why;
     } else {
+      if (server) server->next(i);
       s = scenarios[i]->run(*scenarios[i], *p, o);
     }
     write_all(fd, encode(i, s));
+    if (server && server->lost() && k + 1 < todo.size()) {
+      server.reset();
+      _exit(kStartAgain);
+    }
   }
+  server.reset();
   // No destructors: a provider that hangs in its close would hold the parent up for nothing.
   _exit(0);
 }
@@ -107,7 +131,7 @@ void run_isolated(const ProviderSpec& spec, const std::vector<const Scenario*>& 
       return;
     }
     std::string buffer;
-    bool hung = false;
+    bool hung = false, reported = false;
     int64_t deadline = monotonic_ms() + hang_ms;  // for the scenario now running
     for (;;) {
       pollfd pfd{fds[0], POLLIN, 0};
@@ -129,6 +153,7 @@ void run_isolated(const ProviderSpec& spec, const std::vector<const Scenario*>& 
         if (decode(buffer.substr(0, nl), &index, &s) && index < out->size()) {
           (*out)[index] = s;
           std::erase(todo, index);
+          reported = true;
           deadline = monotonic_ms() + hang_ms;
         }
         buffer.erase(0, nl + 1);
@@ -140,6 +165,7 @@ void run_isolated(const ProviderSpec& spec, const std::vector<const Scenario*>& 
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     if (todo.empty()) return;
+    if (!hung && reported && WIFEXITED(status) && WEXITSTATUS(status) == kStartAgain) continue;
     // The scenario the child was running when it hung or died fails; the rest get a new child.
     std::string why;
     if (hung) {

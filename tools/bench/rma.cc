@@ -19,6 +19,10 @@
 // write into it, whole), the counter after each round (the sum of every add, and the bytes
 // around it untouched) and every fetched value (each one once, within the round's range); and
 // every completion's context and flags (rma_side.h).
+//
+// The two sides are two processes, each running the scenario's code (run_pair, rma_side.h):
+// what the client measures stays in its process, and heap allocations per operation are the
+// client process's alone (with Options::rma_threads, those of both sides).
 #include "tools/bench/rma.h"
 
 #include <algorithm>
@@ -52,15 +56,13 @@ uint64_t load(const uint8_t* p) {
   return __atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_ACQUIRE);
 }
 
-// What the sides measure and tell each other. Each member is written by one side and read by
-// the other only after a barrier both passed, or by the caller after the server's thread
-// ended.
+// What the client measures, for the scenario's run() in the client's process (run_pair).
+// What the sides tell each other goes through Side::words, which both sides see in either
+// mode.
 struct Shared {
   std::vector<double> half_rtt;  // rma-write-lat: one per timed round trip
   int64_t start = 0, end = 0;    // the client's timed round
   int64_t allocs0 = -1, allocs1 = -1;
-  std::vector<uint64_t> last;  // rma-write-bw: the last write into each slot of the region
-  uint64_t counter = 0;        // atomics: what the counter holds after the round
 };
 
 constexpr int kRounds = 2;  // a warm-up round, then the timed one
@@ -143,11 +145,13 @@ Sample write_lat(const Scenario& sc, const Provider& p, const Options& o) {
 
 // --- rma-write-bw
 
-// The client writes message seq from its slot j into slot j of the server's region; after
-// each round the server checks that every slot holds, whole, the last message written to it.
+// The client writes message seq from its slot j into slot j of the server's region, and seq
+// into word j (Side::words); after each round the server checks that every slot holds, whole,
+// the last message written to it.
 bool write_bw_client(Side& c, const MsgFormat& f, uint64_t ops, Shared* sh) {
   const size_t n = f.size();
   for (size_t i = 0; i < c.window(); ++i) f.fill(c.local() + i * n);
+  uint64_t* const last = c.words();
   uint64_t seq = 0;
   for (int round = 1; round <= kRounds; ++round) {
     const bool timed = round == kRounds;
@@ -160,7 +164,7 @@ bool write_bw_client(Side& c, const MsgFormat& f, uint64_t ops, Shared* sh) {
       size_t slot = 0;
       if (!c.acquire(&slot)) return false;
       f.stamp(c.local() + slot * n, ++seq, MsgDir::kToServer);
-      sh->last[slot] = seq;
+      last[slot] = seq;
       if (!c.write(slot, seq, slot * n, n, slot * n)) return false;
     }
     if (!c.drain()) return false;
@@ -173,12 +177,15 @@ bool write_bw_client(Side& c, const MsgFormat& f, uint64_t ops, Shared* sh) {
   return true;
 }
 
-bool write_bw_server(Side& s, const MsgFormat& f, Shared* sh) {
+// `window`: the client's (window_for), at most Link::kWords; the client's Side may have fewer
+// slots (a smaller tx queue), whose words stay 0.
+bool write_bw_server(Side& s, const MsgFormat& f, size_t window) {
   const size_t n = f.size();
+  const uint64_t* const last = s.words();
   for (int round = 1; round <= kRounds; ++round) {
     if (!s.barrier(true) || !s.barrier(true)) return false;
-    for (size_t slot = 0; slot < sh->last.size(); ++slot) {
-      if (sh->last[slot] == 0) continue;
+    for (size_t slot = 0; slot < window; ++slot) {
+      if (last[slot] == 0) continue;
       const uint8_t* buf = s.target() + slot * n;
       std::string why;
       auto whole = [&] {
@@ -187,10 +194,10 @@ bool write_bw_server(Side& s, const MsgFormat& f, Shared* sh) {
           why = fmt("slot %zu: ", slot) + why;
           return false;
         }
-        if (seq == sh->last[slot]) return true;
-        why = fmt("slot %zu holds write %llu where the last one to it was %llu", slot,
-                  static_cast<unsigned long long>(seq),
-                  static_cast<unsigned long long>(sh->last[slot]));
+        if (seq == last[slot]) return true;
+        why =
+            fmt("slot %zu holds write %llu where the last one to it was %llu", slot,
+                static_cast<unsigned long long>(seq), static_cast<unsigned long long>(last[slot]));
         return false;
       };
       // Completions at the initiator need not mean the bytes are placed (FI_TRANSMIT_COMPLETE):
@@ -209,10 +216,14 @@ Sample write_bw(const Scenario& sc, const Provider& p, const Options& o) {
   const size_t window = window_for(n, o);
   const uint64_t ops = count_for(o.rma_ops, 4 * window, n, o);
   const MsgFormat f(n);
+  if (window > Link::kWords) {
+    return Sample{.state = Sample::State::kFailed,
+                  .why = fmt("a window of %zu is more than the %zu writes the server can check",
+                             window, Link::kWords)};
+  }
   Shared sh;
-  sh.last.assign(window, 0);
   const Part server{{.target_bytes = window * n, .op_bytes = n},
-                    [&](Side& s) { return write_bw_server(s, f, &sh); }};
+                    [&](Side& s) { return write_bw_server(s, f, window); }};
   const Part client{{.local_bytes = window * n, .window = window, .op_bytes = n},
                     [&](Side& c) { return write_bw_client(c, f, ops, &sh); }};
   Sample s = run_pair(p, o, server, client);
@@ -295,17 +306,18 @@ Sample read_bw(const Scenario& sc, const Provider& p, const Options& o) {
 
 constexpr size_t kCounterRegion = 64;  // the counter, then bytes no operation may touch
 
-// After each round the counter must hold the sum of every add so far, and nothing else in the
-// region may have changed.
-bool atomic_server(Side& s, Shared* sh) {
+// After each round the counter must hold the sum of every add so far (the client's word 0),
+// and nothing else in the region may have changed.
+bool atomic_server(Side& s) {
   for (int round = 1; round <= kRounds; ++round) {
     if (!s.barrier(true) || !s.barrier(true)) return false;
+    const uint64_t sum = s.words()[0];
     std::string why;
     auto right = [&] {
       const uint64_t v = load(s.target());
-      if (v != sh->counter) {
+      if (v != sum) {
         why = fmt("the counter holds %llu where the adds so far sum to %llu",
-                  static_cast<unsigned long long>(v), static_cast<unsigned long long>(sh->counter));
+                  static_cast<unsigned long long>(v), static_cast<unsigned long long>(sum));
         return false;
       }
       return true;
@@ -375,7 +387,7 @@ bool atomic_client(Side& c, bool fetch, uint64_t ops, Shared* sh) {
       sh->allocs1 = heap_allocations_now();
     }
     base += ops;
-    sh->counter = fetch ? k : k * (k + 1) / 2;
+    c.words()[0] = fetch ? k : k * (k + 1) / 2;
     if (!c.barrier(true)) return false;  // the server checks the counter
   }
   c.on_done(nullptr);  // it refers to this frame
@@ -387,7 +399,7 @@ Sample atomic_rate(const Scenario& sc, const Provider& p, const Options& o, bool
   const uint64_t ops = o.rma_ops;
   Shared sh;
   const Part server{{.atomics = true, .target_bytes = kCounterRegion, .op_bytes = 8},
-                    [&](Side& s) { return atomic_server(s, &sh); }};
+                    [&](Side& s) { return atomic_server(s); }};
   const Part client{
       {.atomics = true, .local_bytes = 2 * window * 8, .window = window, .op_bytes = 8},
       [&](Side& c) { return atomic_client(c, fetch, ops, &sh); }};
@@ -406,6 +418,14 @@ Sample fetch_atomic(const Scenario& sc, const Provider& p, const Options& o) {
 }
 
 }  // namespace
+
+bool is_rma(const Scenario& s) {
+  for (auto* run : {write_lat, write_bw, read_bw, atomic, fetch_atomic}) {
+    if (s.run == run) return true;
+  }
+  return false;
+}
+
 }  // namespace rma
 
 const std::vector<Scenario>& rma_scenarios() {

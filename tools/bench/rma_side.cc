@@ -1,12 +1,25 @@
 #include "tools/bench/rma_side.h"
 
+#include <linux/futex.h>
 #include <netinet/in.h>
 #include <rdma/fi_cm.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <thread>
 
+#include "tools/bench/rma.h"
 #include "tools/fabric_setup.h"
 
 namespace fabq::tools::bench::rma {
@@ -92,7 +105,7 @@ class Side::Spin {
       done_ = done;
     }
     if (t - start_ > s_->timeout_ns_) {
-      return s_->fail(fmt("%s%s within %d ms", what, then, s_->link_->o.timeout_ms) +
+      return s_->fail(fmt("%s%s within %d ms", what, then, s_->link_->timeout_ms) +
                       (why != nullptr && !why->empty() ? ": " + *why : std::string()) +
                       s_->state());
     }
@@ -307,18 +320,15 @@ bool Side::start(const Needs& needs) {
 
 bool Side::exchange() {
   Card& mine = link_->card[index_];
-  mine.name.resize(64);
-  for (;;) {
-    size_t len = mine.name.size();
-    const int r = fi_getname(&ep_->fid, mine.name.data(), &len);
-    if (r == -FI_ETOOSMALL && len > mine.name.size()) {
-      mine.name.resize(len);
-      continue;
+  size_t len = sizeof(mine.name);
+  if (const int r = fi_getname(&ep_->fid, mine.name, &len); r != 0) {
+    if (r == -FI_ETOOSMALL) {
+      return fail(fmt("fi_getname needs %zu bytes, more than the %zu a card holds", len,
+                      sizeof(mine.name)));
     }
-    if (r != 0) return setup_fail("fi_getname", r);
-    mine.name.resize(len);
-    break;
+    return setup_fail("fi_getname", r);
   }
+  mine.name_len = len;
   if (target_mr_) {
     mine.addr = (mr_mode_ & FI_MR_VIRT_ADDR) != 0 ? reinterpret_cast<uintptr_t>(target_.get()) : 0;
     mine.key = fi_mr_key(target_mr_.get());
@@ -330,7 +340,7 @@ bool Side::exchange() {
     if (!spin.again("the other side did not publish its address")) return false;
   }
   peer_card_ = link_->card[1 - index_];
-  const int n = fi_av_insert(av_.get(), peer_card_.name.data(), 1, &peer_, 0, nullptr);
+  const int n = fi_av_insert(av_.get(), peer_card_.name, 1, &peer_, 0, nullptr);
   if (n != 1) return fail(msg::fi_error("fi_av_insert of the peer's name", n));
   return true;
 }
@@ -498,7 +508,159 @@ std::string Side::cq_error() {
   return s;
 }
 
-Sample run_pair(const Provider& p, const Options& o, const Part& server, const Part& client) {
+namespace {
+
+constexpr uint32_t kQuit = ~uint32_t{0};  // Mailbox::index: the server process ends
+// How long the client waits for the server process's outcome beyond Options::timeout_ms once
+// its own side is done: the server's side then has only to close its objects, or to see the
+// stop flag and give up its wait.
+constexpr int64_t kServerMarginMs = 3'000;
+
+// A msg::Outcome in plain bytes, its strings cut to fit.
+struct PlainOutcome {
+  Sample::State state = Sample::State::kOk;
+  bool stopped = false;
+  int order = 0;
+  char why[1024] = {};
+  char detail[256] = {};
+};
+
+}  // namespace
+
+// What the client process and the server process share, in a MAP_SHARED mapping made before
+// the fork (so at one address in both). The client alone writes the commands and resets the
+// Link; the server alone writes the outcome. Generations count the commands from 1.
+struct Mailbox {
+  // The latest command: `index` (the scenario, or kQuit) is stored before `command` (release).
+  // The server sleeps on `command` (futex).
+  std::atomic<uint32_t> command{0};
+  std::atomic<uint32_t> index{0};
+  // The generation whose Link the client has reset, stored after the reset (release).
+  std::atomic<uint32_t> link_gen{0};
+  // The generation whose server outcome `outcome` holds, stored after it (release). The
+  // client sleeps on it (futex).
+  std::atomic<uint32_t> done{0};
+  PlainOutcome outcome;
+  alignas(Link) unsigned char link_bytes[sizeof(Link)];
+  Link* link() { return std::launder(reinterpret_cast<Link*>(link_bytes)); }
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free &&
+              sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+
+namespace {
+
+// How run_pair plays its part in this process.
+struct Mode {
+  enum class Role { kThreads, kClient, kServer };
+  Role role = Role::kThreads;
+  Mailbox* box = nullptr;
+  // kClient: the server process (-1 once reaped), the scenario about to run, and why the
+  // server process serves no more ("" while it does; kept for the failures of the runs after).
+  pid_t pid = -1;
+  size_t index = 0;
+  std::string lost;
+  bool gone = false;  // it served and then was lost: a new pair of processes can do better
+  // kServer: the command being run, and whether run_pair answered it.
+  uint32_t gen = 0;
+  bool served = false;
+};
+Mode mode;
+
+// futex(2) on a word of the shared mapping: not FUTEX_PRIVATE_FLAG (nor std::atomic::wait,
+// whose futex is private to the process), since the other process wakes it.
+void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, int64_t ns) {
+  const timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  (void)syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void futex_wake(std::atomic<uint32_t>* word) {
+  (void)syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
+                0);
+}
+
+template <size_t N>
+void copy_text(char (&to)[N], const std::string& from) {
+  std::snprintf(to, N, "%s", from.c_str());
+}
+
+msg::Outcome failed(const std::string& why) {
+  msg::Outcome out;
+  out.state = Sample::State::kFailed;
+  out.why = why;
+  return out;
+}
+
+void publish(Mailbox* b, uint32_t gen, const msg::Outcome& out) {
+  PlainOutcome& p = b->outcome;
+  p.state = out.state;
+  p.stopped = out.stopped;
+  p.order = out.order;
+  copy_text(p.why, out.why);
+  copy_text(p.detail, out.detail);
+  b->done.store(gen, std::memory_order_release);
+  futex_wake(&b->done);
+}
+
+msg::Outcome received(const PlainOutcome& p) {
+  msg::Outcome out;
+  out.state = p.state;
+  out.stopped = p.stopped;
+  out.order = p.order;
+  out.why = p.why;
+  out.detail = p.detail;
+  return out;
+}
+
+// Waits for `pid` to end, at most `ms`, then kills it. Either way it is reaped.
+void reap(pid_t pid, int64_t ms) {
+  const int64_t deadline = now_ns() + ms * 1'000'000;
+  int status = 0;
+  for (;;) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid || (r < 0 && errno != EINTR)) return;
+    if (now_ns() > deadline) break;
+    usleep(1000);
+  }
+  kill(pid, SIGKILL);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+// The server process is of no more use: it is killed (if still there), and this run and the
+// RMA runs after it fail with `why`.
+msg::Outcome lose(const std::string& why) {
+  mode.lost = "server: " + why;
+  mode.gone = true;
+  if (mode.pid > 0) reap(mode.pid, 0);
+  mode.pid = -1;
+  return failed(mode.lost);
+}
+
+// The client's wait for the server's outcome of command `gen`.
+msg::Outcome await_server(Mailbox* b, uint32_t gen, const Options& o) {
+  const int64_t limit_ms = o.timeout_ms + kServerMarginMs;
+  const int64_t deadline = now_ns() + limit_ms * 1'000'000;
+  for (;;) {
+    const uint32_t done = b->done.load(std::memory_order_acquire);
+    if (done == gen) return received(b->outcome);
+    int status = 0;
+    if (waitpid(mode.pid, &status, WNOHANG) == mode.pid) {
+      mode.pid = -1;
+      return lose(WIFSIGNALED(status)
+                      ? std::string("its process died: ") + strsignal(WTERMSIG(status))
+                      : fmt("its process died: exit status %d", WEXITSTATUS(status)));
+    }
+    const int64_t left = deadline - now_ns();
+    if (left <= 0) {
+      return lose(fmt("its process did not finish within %lld ms of the client's side",
+                      static_cast<long long>(limit_ms)));
+    }
+    futex_wait(&b->done, done, std::min<int64_t>(left, 10'000'000));
+  }
+}
+
+// Both sides in this process: the server in a thread of its own, the client in this one.
+Sample run_threads(const Provider& p, const Options& o, const Part& server, const Part& client) {
   const ProviderSpec& spec = p.spec();
   Link link(o);
   msg::Outcome s_out, c_out;
@@ -516,8 +678,163 @@ Sample run_pair(const Provider& p, const Options& o, const Part& server, const P
     c_out = c.outcome();
   }
   server_thread.join();
+  // This thread runs the provider's next scenarios: they get every allowed CPU back.
   if (cpus.cpu[1] >= 0) (void)sched_setaffinity(0, sizeof(cpus.allowed), &cpus.allowed);
   return msg::sample_of(s_out, c_out);
+}
+
+// The client process's part: sends the server process the scenario, plays the client.
+Sample run_client(const Provider& p, const Options& o, const Part& client) {
+  if (!mode.lost.empty()) return msg::sample_of(failed(mode.lost), msg::Outcome{});
+  Mailbox* b = mode.box;
+  const uint32_t gen = b->command.load(std::memory_order_relaxed) + 1;  // only this process posts
+  // The last run's server is done with the Link (await_server saw it, or it was killed).
+  Link* link = std::construct_at(reinterpret_cast<Link*>(b->link_bytes), o);
+  b->link_gen.store(gen, std::memory_order_release);
+  b->index.store(static_cast<uint32_t>(mode.index), std::memory_order_relaxed);
+  b->command.store(gen, std::memory_order_release);
+  futex_wake(&b->command);
+  msg::Outcome c_out;
+  const msg::CpuPair cpus = msg::pick_cpus();
+  msg::pin_to(cpus.cpu[1]);
+  {
+    Side c(1, link, p.spec());
+    (void)(c.start(client.needs) && client.body(c) && c.finish());
+    c_out = c.outcome();
+  }
+  if (cpus.cpu[1] >= 0) (void)sched_setaffinity(0, sizeof(cpus.allowed), &cpus.allowed);
+  msg::Outcome s_out = await_server(b, gen, o);
+  // The server process was lost in this run: how the client's side ran into it tells when.
+  if (mode.gone && c_out.state != Sample::State::kOk) s_out.why += "; " + c_out.why;
+  return msg::sample_of(s_out, c_out);
+}
+
+// The server process's part in the command it is running (mode.gen): waits for the client's
+// Link of that command, plays the server, answers with its outcome.
+Sample run_server(const Provider& p, const Options& o, const Part& server) {
+  Mailbox* b = mode.box;
+  const uint32_t gen = mode.gen;
+  if (mode.served) return Sample{.state = Sample::State::kFailed, .why = "run_pair ran twice"};
+  mode.served = true;
+  const int64_t deadline = now_ns() + o.timeout_ms * 1'000'000LL;
+  while (b->link_gen.load(std::memory_order_acquire) != gen) {
+    // A newer command means the client has moved on: this run's Link will never come.
+    if (b->command.load(std::memory_order_acquire) != gen || now_ns() > deadline) {
+      const msg::Outcome out = failed("server: the client did not set up its side of this run");
+      publish(b, gen, out);
+      return msg::sample_of(out, msg::Outcome{});
+    }
+    usleep(100);
+  }
+  msg::Outcome out;
+  const msg::CpuPair cpus = msg::pick_cpus();
+  msg::pin_to(cpus.cpu[0]);
+  {
+    Side s(0, b->link(), p.spec());
+    (void)(s.start(server.needs) && server.body(s) && s.finish());
+    out = s.outcome();
+  }
+  if (cpus.cpu[0] >= 0) (void)sched_setaffinity(0, sizeof(cpus.allowed), &cpus.allowed);
+  publish(b, gen, out);
+  return msg::sample_of(out, msg::Outcome{});
+}
+
+// The server process: runs each scenario the client sends until told to quit. Never returns,
+// and leaves by _exit, as the provider's child process does (a provider's close may hang).
+[[noreturn]] void serve(const ProviderSpec& spec, const std::vector<const Scenario*>& scenarios,
+                        const Options& o, Mailbox* b) {
+  std::string why;
+  const std::unique_ptr<Provider> p = Provider::open(spec, &why);
+  uint32_t seen = 0;
+  for (;;) {
+    const uint32_t gen = b->command.load(std::memory_order_acquire);
+    if (gen == seen) {
+      futex_wait(&b->command, seen, 1'000'000'000);
+      continue;
+    }
+    seen = gen;
+    const uint32_t index = b->index.load(std::memory_order_relaxed);
+    if (index == kQuit) _exit(0);
+    mode.gen = gen;
+    mode.served = false;
+    if (p && index < scenarios.size()) (void)scenarios[index]->run(*scenarios[index], *p, o);
+    if (mode.served) continue;
+    // The client's side waits for this one: tell it at once that none comes.
+    if (b->link_gen.load(std::memory_order_acquire) == gen) {
+      b->link()->stop.store(true, std::memory_order_release);
+    }
+    publish(b, gen,
+            failed(p ? "server: the scenario returned before it ran its side" : "server: " + why));
+  }
+}
+
+}  // namespace
+
+Sample run_pair(const Provider& p, const Options& o, const Part& server, const Part& client) {
+  switch (mode.role) {
+    case Mode::Role::kThreads:
+      return run_threads(p, o, server, client);
+    case Mode::Role::kClient:
+      return run_client(p, o, client);
+    case Mode::Role::kServer:
+      return run_server(p, o, server);
+  }
+  return Sample{.state = Sample::State::kFailed, .why = "run_pair: no role"};
+}
+
+void ServerProcess::Unmap::operator()(Mailbox* box) const {
+  munmap(box, sizeof(Mailbox));
+}
+
+ServerProcess::ServerProcess(const ProviderSpec& spec,
+                             const std::vector<const Scenario*>& scenarios, const Options& o,
+                             int parent_pipe) {
+  mode = Mode{};
+  mode.role = Mode::Role::kClient;
+  void* m =
+      mmap(nullptr, sizeof(Mailbox), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) {
+    mode.lost = std::string("server: mmap of the mailbox: ") + std::strerror(errno);
+    return;
+  }
+  box_.reset(std::construct_at(static_cast<Mailbox*>(m)));
+  mode.box = box_.get();
+  const pid_t parent = getpid();
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    mode.lost = std::string("server: fork: ") + std::strerror(errno);
+    return;
+  }
+  if (pid == 0) {
+    // It must not outlive the client process, whatever ends that one (isolate.cc's SIGKILL of
+    // a hung provider, for one).
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(0);
+    close(parent_pipe);
+    mode.role = Mode::Role::kServer;
+    serve(spec, scenarios, o, mode.box);
+  }
+  mode.pid = pid;
+}
+
+ServerProcess::~ServerProcess() {
+  if (mode.pid > 0) {
+    Mailbox* b = mode.box;
+    b->index.store(kQuit, std::memory_order_relaxed);
+    b->command.store(b->command.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    futex_wake(&b->command);
+    reap(mode.pid, 1'000);
+  }
+  mode = Mode{};
+}
+
+void ServerProcess::next(size_t index) {
+  mode.index = index;
+}
+
+bool ServerProcess::lost() const {
+  return mode.gone;
 }
 
 }  // namespace fabq::tools::bench::rma

@@ -2,16 +2,17 @@
 // the provider under test, with its memory regions, its operations and the checks of their
 // completions.
 //
-// Each side opens its own fabric, domain, AV, CQ and endpoint, as a process of its own would,
-// registers a target region the other side reaches (FI_REMOTE_READ | FI_REMOTE_WRITE) and, when
-// the provider's mr_mode has FI_MR_LOCAL, its local buffers too. It then publishes a Card (its
-// endpoint's name, the target region's address and key) through the Link and inserts the
-// other side's name into its AV. The domain's mr_mode decides everything a portable
-// application has to: FI_MR_VIRT_ADDR (the peer addresses the region by its virtual address,
-// else by offset), FI_MR_PROV_KEY (the key is fi_mr_key's, else the one requested),
-// FI_MR_ENDPOINT (each region is bound to the endpoint with fi_mr_bind and enabled with
-// fi_mr_enable), FI_MR_LOCAL (every local buffer passes its region's fi_mr_desc) and
-// FI_MR_ALLOCATED (every buffer is allocated memory, which it is anyway).
+// Each side opens its own fabric, domain, AV, CQ and endpoint (it is a process of its own
+// unless Options::rma_threads), registers a target region the other side reaches
+// (FI_REMOTE_READ | FI_REMOTE_WRITE) and, when the provider's mr_mode has FI_MR_LOCAL, its
+// local buffers too. It then publishes a Card (its endpoint's name, the target region's
+// address and key) through the Link and inserts the other side's name into its AV. The
+// domain's mr_mode decides everything a portable application has to: FI_MR_VIRT_ADDR (the
+// peer addresses the region by its virtual address, else by offset), FI_MR_PROV_KEY (the key
+// is fi_mr_key's, else the one requested), FI_MR_ENDPOINT (each region is bound to the
+// endpoint with fi_mr_bind and enabled with fi_mr_enable), FI_MR_LOCAL (every local buffer
+// passes its region's fi_mr_desc) and FI_MR_ALLOCATED (every buffer is allocated memory,
+// which it is anyway).
 //
 // Operations carry a struct fi_context2 each (FI_CONTEXT and FI_CONTEXT2 modes), one per slot
 // of a window; the CQ must give back every slot's context once per operation, with the
@@ -22,6 +23,7 @@
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_rma.h>
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -35,18 +37,25 @@ using msg::fmt;
 using msg::InfoPtr;
 using msg::now_ns;
 
-// What a side tells the other: its endpoint's name and how to reach its target region.
+// What a side tells the other: its endpoint's name and how to reach its target region. Plain
+// bytes, so that it can sit in memory two processes share.
 struct Card {
-  std::vector<uint8_t> name;  // fi_getname
-  uint64_t addr = 0;          // the region's address in the peer's calls: its own, or 0
+  static constexpr size_t kNameMax = 256;  // above every fi_getname of the providers compared
+  uint8_t name[kNameMax] = {};             // fi_getname
+  size_t name_len = 0;
+  uint64_t addr = 0;  // the region's address in the peer's calls: its own, or 0
   uint64_t key = 0;
 };
 
-// What the two sides share. card[i] is side i's, written before ready[i] is set (release)
-// and read after it is seen (acquire); the rest is atomic.
+// What the two sides share: on the stack of the process with --rma-threads, else in memory the
+// two processes map (run_pair). So nothing in it may point anywhere, and its atomics must be
+// lock-free (they are then address-free, as another process needs). card[i] is side i's,
+// written before ready[i] is set (release) and read after it is seen (acquire); words are
+// written by one side before a barrier and read by the other after it; the rest is atomic.
 struct Link {
-  explicit Link(const Options& opt) : o(opt) {}
-  const Options& o;
+  static constexpr size_t kWords = 1024;
+  explicit Link(const Options& opt) : timeout_ms(opt.timeout_ms) {}
+  const int timeout_ms;
   Card card[2];
   std::atomic<bool> ready[2] = {false, false};
   std::atomic<bool> stop{false};  // a side failed: the other gives up its waits
@@ -56,7 +65,12 @@ struct Link {
   // operations (which complete on the other side's CQ) waits as long as this moves: its
   // timeout counts from the last completion on either side.
   std::atomic<uint64_t> completions{0};
+  // What a scenario's sides tell each other (Side::words); on lines of their own, away from
+  // the atomics both sides poll.
+  alignas(64) uint64_t words[kWords] = {};
 };
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free &&
+              std::atomic<uint64_t>::is_always_lock_free);
 
 // The kinds of operations; each completes with its own flags.
 enum class Op : uint8_t { kWrite, kRead, kAtomic, kFetchAtomic };
@@ -83,7 +97,7 @@ class Side {
         role_(index == 0 ? "server" : "client"),
         link_(link),
         spec_(spec),
-        timeout_ns_(link->o.timeout_ms * 1'000'000LL) {}
+        timeout_ns_(link->timeout_ms * 1'000'000LL) {}
   ~Side();
   Side(const Side&) = delete;
   Side& operator=(const Side&) = delete;
@@ -100,6 +114,9 @@ class Side {
   // Largest fi_inject_write: tx_attr->inject_size.
   size_t inject_limit() const { return inject_limit_; }
   void on_done(DoneFn f) { on_done_ = std::move(f); }
+  // Link::kWords words the other side sees too: what one side writes before a barrier() the
+  // other reads after it. Zero when the scenario starts.
+  uint64_t* words() { return link_->words; }
 
   // A free operation slot, polling the CQ until an operation completes if none is.
   bool acquire(size_t* slot);
@@ -190,10 +207,20 @@ struct Part {
   std::function<bool(Side&)> body;
 };
 
-// Runs a server (side 0, in a thread of its own) and a client (side 1, this thread), each
-// pinned to a CPU of its own, through start, their parts and finish. The figure is the
-// caller's to fill in when the result is kOk; otherwise `why` names the side and the step
-// that failed first.
+// Runs a server (side 0) and a client (side 1), each pinned to a CPU of its own, through start,
+// their parts and finish. The figure is the caller's to fill in when the result is kOk;
+// otherwise `why` names the side and the step that failed first.
+//
+// With Options::rma_threads the two sides are two threads of this process. Otherwise they are
+// two processes (ServerProcess, rma.h): a scenario's run() runs in both, each building its
+// Parts, and run_pair plays the client Part here and the server Part there, so a Part may
+// rely on nothing of the other's but the Link (Side::words for what the scenario's sides tell
+// each other). The client's run_pair sends the server process the scenario to run, waits for
+// its outcome (at most Options::timeout_ms and a margin after its own side is done) and
+// returns the combined Sample; the server's returns its own side's, which nobody reads. A
+// scenario's run() calls run_pair once at most. One that returns before it in the client
+// process sends nothing, so the server process never runs it; one that returns before it in
+// the server process fails the server's side, and so the client's at once.
 Sample run_pair(const Provider& p, const Options& o, const Part& server, const Part& client);
 
 }  // namespace fabq::tools::bench::rma
