@@ -93,6 +93,15 @@ struct View {
   }
 };
 
+// The raw peer's side of a shared-memory connection: its segment, a second view of it, and
+// the offer that names it.
+struct RawShm {
+  shm::Segment seg = shm::Segment::create();
+  View view{seg};
+  RawConnection::ShmOffer offer{seg.id(), seg.nonce()};
+  bool valid() const { return seg.valid() && view.valid(); }
+};
+
 // The accepting side: fabq's passive endpoint accepts the raw peer and posts one receive.
 struct Accepted {
   Side s;
@@ -195,13 +204,11 @@ TEST_P(CorruptedRing, FailsOnlyThatConnectionWithReqErr) {
   Peer raw([&c](Link& link) {
     RawConnection conn;
     if (!conn.dial(link)) return;
-    shm::Segment seg = shm::Segment::create();
-    ASSERT_TRUE(seg.valid());
-    const View view(seg);
-    ASSERT_TRUE(view.valid());
-    const RawConnection::ShmOffer offer{seg.id(), seg.nonce()};
+    const RawShm mine;
+    ASSERT_TRUE(mine.valid());
+    const View& view = mine.view;
     uint32_t flags = 0;
-    if (!conn.handshake("bad!", &offer, &flags)) return;
+    if (!conn.handshake("bad!", &mine.offer, &flags)) return;
     ASSERT_NE(flags & kShmAccept, 0u);
     if (!link.wait('g')) return;
     view.at<uint64_t>(64 + 256 * c.ring + c.offset).store(c.value, std::memory_order_release);
@@ -310,20 +317,35 @@ bool ring_frame(shm::Ring& ring, Header* h, std::string* payload) {
   return ring_read(ring, h->length, payload);
 }
 
+// Writes frame `h` (its length set from `payload`) and payload into the ring, then rings.
+bool post(shm::Ring& tx, RawConnection& conn, Header h, const std::string& payload) {
+  h.length = static_cast<uint32_t>(payload.size());
+  return ring_write(tx, encode(h) + payload) && conn.doorbell();
+}
+
+// The next EQ event of `s` is the error entry of its endpoint failed by a protocol violation.
+void expect_req_err(Side& s) {
+  fid_ep* const ep = s.ep();
+  uint32_t event = 0;
+  CmEvent ev;
+  CmError err;
+  ASSERT_EQ(s.read_event(&event, &ev, kTimeoutMs, &err), -FI_EAVAIL) << "event " << event;
+  EXPECT_EQ(err.entry.fid, &ep->fid);
+  EXPECT_EQ(err.entry.prov_errno, static_cast<int>(FI_FABQ_EVENT_EP_REQ_ERR));
+}
+
 TEST(MsgShm, APeerThatNamesFabqsOwnMappingIsNotServedAndItsDirectRequestFailsTheConnection) {
   SKIP_UNLESS_FABQ();
   Peer raw([](Link& link) {
     RawConnection conn;
     if (!conn.dial(link)) return;
-    shm::Segment seg = shm::Segment::create();
-    ASSERT_TRUE(seg.valid());
-    const View view(seg);
-    ASSERT_TRUE(view.valid());
-    const RawConnection::ShmOffer offer{seg.id(), seg.nonce()};
+    const RawShm mine;
+    ASSERT_TRUE(mine.valid());
+    const View& view = mine.view;
     uint32_t flags = 0;
     // Once fabq has mapped the segment and written its pid and address, claim them as this
     // side's: proving them would prove nothing.
-    const bool shook = conn.handshake("forged", &offer, &flags, [&] {
+    const bool shook = conn.handshake("forged", &mine.offer, &flags, [&] {
       if (!link.wait('m')) return;
       view.at<uint64_t>(kPidOf[0]).store(view.at<uint64_t>(kPidOf[1]).load());
       view.at<uint64_t>(kBaseOf[0]).store(view.at<uint64_t>(kBaseOf[1]).load());
@@ -335,14 +357,9 @@ TEST(MsgShm, APeerThatNamesFabqsOwnMappingIsNotServedAndItsDirectRequestFailsThe
     // A direct write that would copy from fabq's own memory into its region.
     std::string entries =
         direct_entry(reinterpret_cast<void*>(view.at<uint64_t>(kBaseOf[1]).load()), 4096);
-    shm::Ring tx = seg.tx(/*connecting=*/true);
-    ASSERT_TRUE(ring_write(tx, encode(Header{.op = kWrite,
-                                             .flags = kDirect,
-                                             .length = static_cast<uint32_t>(entries.size()),
-                                             .seq = 1,
-                                             .tag = kKey}) +
-                                   entries));
-    ASSERT_TRUE(conn.doorbell());
+    shm::Ring tx = mine.seg.tx(/*connecting=*/true);
+    ASSERT_TRUE(
+        post(tx, conn, Header{.op = kWrite, .flags = kDirect, .seq = 1, .tag = kKey}, entries));
     EXPECT_TRUE(conn.closed_by_peer()) << "fabq kept a connection that sent a forbidden request";
     link.signal('x');
   });
@@ -351,13 +368,7 @@ TEST(MsgShm, APeerThatNamesFabqsOwnMappingIsNotServedAndItsDirectRequestFailsThe
     ASSERT_TRUE(raw.link().signal('m'));
     ASSERT_TRUE(raw.link().wait('f'));
   }));
-  fid_ep* const ep = t.s.ep();
-  uint32_t event = 0;
-  CmEvent ev;
-  CmError err;
-  ASSERT_EQ(t.s.read_event(&event, &ev, kTimeoutMs, &err), -FI_EAVAIL) << "event " << event;
-  EXPECT_EQ(err.entry.fid, &ep->fid);
-  EXPECT_EQ(err.entry.prov_errno, static_cast<int>(FI_FABQ_EVENT_EP_REQ_ERR));
+  ASSERT_NO_FATAL_FAILURE(expect_req_err(t.s));
   EXPECT_EQ(std::count(t.region(), t.region() + kRegion, '.'), static_cast<long>(kRegion))
       << "the region was written";
   EXPECT_TRUE(t.guards_intact());
@@ -370,28 +381,21 @@ TEST(MsgShm, AProvedPeersDirectWriteAndReadAreServedAndEntriesThatLieFailTheConn
   Peer raw([](Link& link) {
     RawConnection conn;
     if (!conn.dial(link)) return;
-    shm::Segment seg = shm::Segment::create();
-    ASSERT_TRUE(seg.valid());
-    const View view(seg);
-    ASSERT_TRUE(view.valid());
-    const RawConnection::ShmOffer offer{seg.id(), seg.nonce()};
+    const RawShm mine;
+    ASSERT_TRUE(mine.valid());
+    const View& view = mine.view;
     uint32_t flags = 0;
-    if (!conn.handshake("direct", &offer, &flags)) return;
+    if (!conn.handshake("direct", &mine.offer, &flags)) return;
     ASSERT_NE(flags & kShmAccept, 0u);
     EXPECT_EQ(view.at<uint32_t>(kServesOf[1]).load(), 1u) << "fabq did not prove its peer";
-    shm::Ring tx = seg.tx(/*connecting=*/true);
-    shm::Ring rx = seg.rx(/*connecting=*/true);
+    shm::Ring tx = mine.seg.tx(/*connecting=*/true);
+    shm::Ring rx = mine.seg.rx(/*connecting=*/true);
     // 20 KiB from two buffers of this process to offset 100 of the region.
     const std::string a(12 * 1024, 'a'), b(8 * 1024, 'b');
     std::string entries = direct_entry(a.data(), a.size()) + direct_entry(b.data(), b.size());
-    ASSERT_TRUE(ring_write(tx, encode(Header{.op = kWrite,
-                                             .flags = kDirect,
-                                             .length = static_cast<uint32_t>(entries.size()),
-                                             .seq = 1,
-                                             .tag = kKey,
-                                             .data = 100}) +
-                                   entries));
-    ASSERT_TRUE(conn.doorbell());
+    ASSERT_TRUE(post(tx, conn,
+                     Header{.op = kWrite, .flags = kDirect, .seq = 1, .tag = kKey, .data = 100},
+                     entries));
     Header h;
     std::string payload;
     ASSERT_TRUE(ring_frame(rx, &h, &payload));
@@ -403,14 +407,9 @@ TEST(MsgShm, AProvedPeersDirectWriteAndReadAreServedAndEntriesThatLieFailTheConn
     std::string read_req;
     put_le(read_req, back.size(), 8);
     read_req += direct_entry(back.data(), back.size());
-    ASSERT_TRUE(ring_write(tx, encode(Header{.op = kReadReq,
-                                             .flags = kDirect,
-                                             .length = static_cast<uint32_t>(read_req.size()),
-                                             .seq = 2,
-                                             .tag = kKey,
-                                             .data = 100}) +
-                                   read_req));
-    ASSERT_TRUE(conn.doorbell());
+    ASSERT_TRUE(post(tx, conn,
+                     Header{.op = kReadReq, .flags = kDirect, .seq = 2, .tag = kKey, .data = 100},
+                     read_req));
     ASSERT_TRUE(ring_frame(rx, &h, &payload));
     EXPECT_EQ(h.op, kReadResp);
     EXPECT_EQ(h.flags, kDirect);
@@ -421,26 +420,15 @@ TEST(MsgShm, AProvedPeersDirectWriteAndReadAreServedAndEntriesThatLieFailTheConn
     std::string lie;
     put_le(lie, 4096, 8);
     lie += direct_entry(back.data(), 100);
-    ASSERT_TRUE(ring_write(tx, encode(Header{.op = kReadReq,
-                                             .flags = kDirect,
-                                             .length = static_cast<uint32_t>(lie.size()),
-                                             .seq = 3,
-                                             .tag = kKey}) +
-                                   lie));
-    ASSERT_TRUE(conn.doorbell());
+    ASSERT_TRUE(
+        post(tx, conn, Header{.op = kReadReq, .flags = kDirect, .seq = 3, .tag = kKey}, lie));
     EXPECT_TRUE(conn.closed_by_peer()) << "fabq kept a connection whose request lied";
     link.signal('x');
   });
   RmaTarget t;
   ASSERT_NO_FATAL_FAILURE(t.accept(raw));
-  fid_ep* const ep = t.s.ep();
   ASSERT_TRUE(t.s.await(raw.link(), 'x'));
-  uint32_t event = 0;
-  CmEvent ev;
-  CmError err;
-  ASSERT_EQ(t.s.read_event(&event, &ev, kTimeoutMs, &err), -FI_EAVAIL) << "event " << event;
-  EXPECT_EQ(err.entry.fid, &ep->fid);
-  EXPECT_EQ(err.entry.prov_errno, static_cast<int>(FI_FABQ_EVENT_EP_REQ_ERR));
+  ASSERT_NO_FATAL_FAILURE(expect_req_err(t.s));
   EXPECT_EQ(std::string(t.region() + 100, 20 * 1024),
             std::string(12 * 1024, 'a') + std::string(8 * 1024, 'b'));
   EXPECT_EQ(std::count(t.region(), t.region() + kRegion, '.'),
