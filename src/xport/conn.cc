@@ -63,8 +63,8 @@ class DirectRequest final : public DirectCopy {
   bool copy(void* at) const override {
     return write_ ? peer_.read(at, len_, iov_, count_) : peer_.write(at, len_, iov_, count_);
   }
-  // Takes the entries of a direct request's payload; false unless they sum to `len` (the
-  // write's length is their sum: then *len is set from them).
+  // Takes the entries of a direct request's payload: false unless they sum to the read's
+  // length (a write's length is their sum) and that is at most max_len.
   bool parse(const unsigned char* p, size_t bytes, size_t max_len) {
     count_ = bytes / wire::kDirectEntrySize;
     size_t sum = 0;
