@@ -25,8 +25,9 @@
 //     refused request gets its Status and no payload; a read longer than max_msg_size is refused
 //     kOutOfBounds without the owner;
 //   - a frame that breaks the protocol (a header decode() refuses, a frame the state forbids, an
-//     atomic whose length is not its operands', a kWrite too short for its CQ data, an answer or
-//     acknowledgement of no request, kShutdown) closes the connection, after the answers to what
+//     atomic whose length is not its operands', a kWrite too short for its CQ data, a direct
+//     request or answer on this connection without shared memory, an answer or acknowledgement
+//     of no request, kShutdown) closes the connection, after the answers to what
 //     came before it and before any to what came after, and the owner hears of it
 //     (abort_sends); nothing else closes it, and everything whole before the end is answered.
 // Any broken invariant traps.
@@ -616,6 +617,8 @@ class Harness {
     e.h = h;
     if (is_handshake(h.op) || h.op == Op::kShutdown) {
       e.closes = true;  // forbidden once connected; kShutdown: the peer closed
+    } else if (h.op == Op::kWrite && (h.flags & wire::kDirect) != 0) {
+      // A direct request: collected whole, then refused (frame_done()).
     } else if (h.op == Op::kWrite || h.op == Op::kMsg || h.op == Op::kTagged ||
                h.op == Op::kReadResp || h.op == Op::kAtomicResp) {
       e.upcall = Entry::Upcall::kPlace;
@@ -624,7 +627,7 @@ class Harness {
     } else if (h.op == Op::kAckReceived || h.op == Op::kAckDelivered) {
       e.upcall = Entry::Upcall::kTxAcked;
     }
-    if (h.op == Op::kWrite) {
+    if (h.op == Op::kWrite && (h.flags & wire::kDirect) == 0) {
       e.answered = true;
       e.reply_op = Op::kRmaAck;
     } else if (h.op == Op::kMsg || h.op == Op::kTagged) {
@@ -641,6 +644,12 @@ class Harness {
   void frame_done(Entry& e) {
     e.whole = true;
     const Header& h = e.h;
+    if ((h.flags & wire::kDirect) != 0 && (h.op == Op::kWrite || h.op == Op::kReadReq)) {
+      // Direct requests come only from a peer proved through shared memory, which this
+      // connection has none of: the connection fails.
+      e.closes = true;
+      return;
+    }
     if (h.op == Op::kReadReq) {
       e.answered = true;
       e.reply_op = Op::kReadResp;
@@ -910,7 +919,8 @@ bool FakeOwner::place(const Incoming& in, Placement* p) {
       MyOp* m = h_->op_by_seq(in.seq);
       const TxKind want = read ? TxKind::kRead : TxKind::kAtomic;
       const size_t expect = in.status == RmaStatus::kOk && m != nullptr ? m->op.result_len : 0;
-      if (m == nullptr || !m->written || m->op.kind != want || in.len != expect) {
+      // No request of this endpoint is direct (no shared memory): a direct answer answers none.
+      if (m == nullptr || !m->written || m->op.kind != want || in.len != expect || in.direct) {
         e.closes = true;  // an answer to no request: the connection fails
         p->bad = true;
         placing_ = false;

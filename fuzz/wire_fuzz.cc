@@ -15,7 +15,9 @@
 //     kWrite with kRemoteData, core::kCmDataSize for connect, accept and reject data (and a
 //     nonce more for an authenticating request), the fixed sizes of kChallenge, kProof and
 //     kReadReq, an atomic's description and two operand arrays for kAtomic, one array for
-//     kAtomicResp, 0 for the rest;
+//     kAtomicResp, 0 for the rest; a direct kWrite or kReadReq (kDirect) exactly 1 to kMaxIov
+//     entries of 16 bytes (after a read's 8-byte length) whatever max_payload says, and a
+//     direct kReadResp nothing;
 //   - a completed header re-encodes to the stream's bytes, and obeys every rule of decode():
 //     the flags of its op, its length, `tag` only where a key, a tag or a segment goes, `data`
 //     only where CQ data, an address, a Status or a nonce goes, a Status that exists and no
@@ -70,6 +72,11 @@ size_t sat_add(size_t a, size_t b) {
 // kReadReq, an atomic's description and operands and compare values, an atomic's previous values,
 // 0 for the rest.
 size_t length_limit(const Header& h, size_t max_payload) {
+  if ((h.flags & kDirect) != 0) {
+    // The buffers a direct request names, whatever max_payload says; its answer carries none.
+    if (h.op == Op::kReadResp) return 0;
+    return (h.op == Op::kReadReq ? 8 : 0) + kMaxIov * kDirectEntrySize;
+  }
   switch (h.op) {
     case Op::kConnReq:
       return (h.flags & kAuth) != 0 ? core::kCmDataSize + kNonceSize : core::kCmDataSize;
@@ -107,7 +114,8 @@ uint32_t allowed_flags(Op op) {
   if (is_data(op)) return kDataFlags;
   if (op == Op::kConnReq) return kShmOffer | kAuth;
   if (op == Op::kConnAccept) return kShmAccept;
-  if (op == Op::kWrite) return kRemoteData;
+  if (op == Op::kWrite) return kRemoteData | kDirect;
+  if (op == Op::kReadReq || op == Op::kReadResp) return kDirect;
   return 0;
 }
 
@@ -118,18 +126,25 @@ bool known_op(uint8_t op) {
 // Each rule of wire.h, restated; a header decode() accepted keeps them all, and one it refused
 // breaks the rule its Violation names.
 bool flags_ok(const Header& h) {
-  return (h.flags & ~allowed_flags(h.op)) == 0;
+  const bool both = (h.flags & kDirect) != 0 && (h.flags & kRemoteData) != 0;
+  return (h.flags & ~allowed_flags(h.op)) == 0 && !both;
 }
 
 bool length_ok(const Header& h, size_t max_payload) {
+  if ((h.flags & kDirect) != 0) {
+    if (h.op == Op::kReadResp) return h.length == 0;
+    const size_t fixed = h.op == Op::kReadReq ? 8 : 0;
+    if (h.length <= fixed) return false;
+    const size_t entries = h.length - fixed;
+    return entries % kDirectEntrySize == 0 && entries / kDirectEntrySize <= kMaxIov;
+  }
   return h.length <= length_limit(h, max_payload) && h.length >= length_floor(h);
 }
 
 // A Status that exists, and a payload only with kOk.
 bool status_ok(const Header& h) {
   if (!is_answer(h.op)) return true;
-  return h.data <= static_cast<uint64_t>(RmaStatus::kTargetFailed) &&
-         (h.data == 0 || h.length == 0);
+  return h.data <= static_cast<uint64_t>(RmaStatus::kCopyFailed) && (h.data == 0 || h.length == 0);
 }
 
 bool fields_ok(const Header& h) {
