@@ -53,10 +53,12 @@
 //     7  the endpoint: (t >> 3) % 4: 0 refuses placements (no receive), 1 takes them again and
 //        resumes the connection, 2 a progress round, 3 ten
 #include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <rdma/fi_atomic.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -405,12 +407,23 @@ class Harness {
   // to.
   void finish() {
     unstall();
-    for (int i = 0; i < 64 && !peer_closed_; ++i) {
-      if (!round() && i >= 4 && all_answered()) break;
+    // A round in which nothing comes back is not the end while the peer's bytes are still on
+    // their way: the connection may be working through a backlog of messages it answers with
+    // nothing. Calm = nothing came back, everything whole is answered, and every byte the peer
+    // sent has left its socket; four calm rounds in a row end it.
+    for (int i = 0, calm = 0; i < 2000 && !peer_closed_ && calm < 4; ++i) {
+      const bool got = round();
+      calm = !got && all_answered() && unsent() == 0 ? calm + 1 : 0;
     }
     if (peer_closed_) return;
     for (const Entry& e : entries_) check(!e.closes, "not closed after a frame that fails it");
     check(all_answered(), "whole requests left unanswered");
+  }
+
+  // Bytes the peer's socket still holds: not yet taken by the connection's side.
+  int unsent() const {
+    int n = 0;
+    return ioctl(fd_, SIOCOUTQ, &n) == 0 ? n : 0;
   }
 
   // --- For the owner.
