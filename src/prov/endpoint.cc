@@ -1244,7 +1244,7 @@ xport::RmaStatus Endpoint::remote_access(const xport::RemoteAccess& a, void* out
   }
   // The rest reads what is fixed once the endpoint is enabled, and copies without holding the
   // endpoint's lock: a large read must not stall the application's posts.
-  const bool fetch = !a.atomic ? !a.write : a.kind != xport::AtomicKind::kPlain;
+  const bool fetch = a.atomic && a.kind != xport::AtomicKind::kPlain;
   const uint64_t need = a.atomic  ? FI_REMOTE_WRITE | (fetch ? FI_REMOTE_READ : 0)
                         : a.write ? FI_REMOTE_WRITE
                                   : FI_REMOTE_READ;

@@ -72,6 +72,12 @@ void serve_region(Link& link, bool reachable_only_when_dumpable) {
   EXPECT_EQ(fi_close(&mr->fid), 0);
 }
 
+// Tells the target (serve_region) it is done, and receives its region's bytes.
+bool region_of(Peer& target, std::string* region) {
+  region->assign(kRegion, '\0');
+  return target.link().signal('d') && target.link().get(region->data(), kRegion);
+}
+
 // fi_writemsg of src (in three pieces, one empty) to `off`, with `ctx`.
 ssize_t write_in_pieces(Side& s, fi_addr_t to, const std::string& src, uint64_t off, void* ctx) {
   const size_t third = src.size() / 3;
@@ -126,9 +132,8 @@ TEST_F(RmaSystem, WritesAndReadsOfEverySizeLandWholeInAnotherProcessAndComeBackW
     expect.replace(off, n, src);
     EXPECT_EQ(read_in_pieces(s, to, n, off), src);
   }
-  ASSERT_TRUE(target.link().signal('d'));
-  std::string region(kRegion, '\0');
-  ASSERT_TRUE(target.link().get(region.data(), kRegion));
+  std::string region;
+  ASSERT_TRUE(region_of(target, &region));
   EXPECT_TRUE(region == expect) << "the region holds exactly what was written";
   EXPECT_EQ(target.join(&s), 0);
 }
@@ -147,9 +152,8 @@ TEST_F(RmaSystem, WhenTheTargetCannotReachTheInitiatorLargeTransfersGoThroughThe
   const Completion c = s.next_for(&ctx, 20000);
   ASSERT_EQ(c.rc, 1) << cq_str(c);
   EXPECT_EQ(read_in_pieces(s, to, src.size(), 64), src);
-  ASSERT_TRUE(target.link().signal('d'));
-  std::string region(kRegion, '\0');
-  ASSERT_TRUE(target.link().get(region.data(), kRegion));
+  std::string region;
+  ASSERT_TRUE(region_of(target, &region));
   EXPECT_TRUE(region.compare(64, src.size(), src) == 0);
   EXPECT_EQ(target.join(&s), 0);
 }
@@ -179,9 +183,8 @@ TEST_F(RmaSystem, AnInitiatorThatBecomesUnreachableFailsItsNextDirectTransferAlo
   ASSERT_EQ(write_in_pieces(s, to, small, 0, &ctx), 0);
   c = s.next_for(&ctx, 20000);
   ASSERT_EQ(c.rc, 1) << cq_str(c);
-  ASSERT_TRUE(target.link().signal('d'));
-  std::string region(kRegion, '\0');
-  ASSERT_TRUE(target.link().get(region.data(), kRegion));
+  std::string region;
+  ASSERT_TRUE(region_of(target, &region));
   EXPECT_EQ(region.substr(0, small.size()), small);
   EXPECT_TRUE(region.compare(small.size(), first.size() - small.size(), first, small.size(),
                              first.size() - small.size()) == 0)
