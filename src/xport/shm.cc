@@ -20,6 +20,7 @@
 #include <string_view>
 #include <utility>
 
+#include "core/spinlock.h"
 #include "core/unique_fd.h"
 
 namespace fabq::xport::shm {
@@ -30,7 +31,7 @@ constexpr size_t kControlOffset = 64;
 constexpr size_t kDataOffset = 4096;
 constexpr size_t kSegmentBytes = kDataOffset + 2 * kRingBytes;
 static_assert((kRingBytes & (kRingBytes - 1)) == 0, "ring indices wrap with a mask");
-static_assert(kControlOffset + 2 * sizeof(RingControl) <= kDataOffset);
+constexpr size_t kShareOffset = kControlOffset + 2 * sizeof(RingControl);
 
 struct SegmentHeader {
   uint64_t magic;
@@ -48,6 +49,33 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 SegmentHeader* header(void* base) {
   return static_cast<SegmentHeader*>(base);
+}
+
+// The part of a direct request its target offers the initiator (shm.h "Sharing a copy"). The
+// target writes the fields, then publishes the word; either side moves the word.
+struct ShareSlot {
+  alignas(64) std::atomic<uint64_t> word;  // generation << 3 | ShareState
+  std::atomic<uint64_t> seq;
+  std::atomic<uint64_t> offset;
+  std::atomic<uint64_t> addr;
+  std::atomic<uint64_t> len;
+};
+static_assert(sizeof(ShareSlot) == 64 && kShareOffset % 64 == 0);
+static_assert(kShareOffset == 576 && kShareOffset + 2 * sizeof(ShareSlot) <= kDataOffset,
+              "the layout in shm.h");
+
+enum ShareState : uint64_t {
+  kOffered = 1,  // by the target
+  kTaken = 2,    // back, by the target, which copies the part itself
+  kClaimed = 3,  // by the initiator, which is copying it
+  kDone = 4,     // the initiator copied it
+  kFailed = 5,   // the initiator could not: the target copies it
+};
+constexpr uint64_t kStateMask = 7;
+
+// Slot i holds the offers of side i as a target (0: the connecting side).
+ShareSlot& share_slot(void* base, int i) {
+  return reinterpret_cast<ShareSlot*>(static_cast<unsigned char*>(base) + kShareOffset)[i];
 }
 
 // This side's pid and mapping, for the peer's proof.
@@ -170,6 +198,7 @@ Segment::Segment(Segment&& o) noexcept
       size_(std::exchange(o.size_, 0)),
       id_(o.id_),
       nonce_(o.nonce_),
+      share_gen_(o.share_gen_),
       named_(std::exchange(o.named_, false)),
       lock_(std::move(o.lock_)) {}
 
@@ -180,6 +209,7 @@ Segment& Segment::operator=(Segment&& o) noexcept {
     size_ = std::exchange(o.size_, 0);
     id_ = o.id_;
     nonce_ = o.nonce_;
+    share_gen_ = o.share_gen_;
     named_ = std::exchange(o.named_, false);
     lock_ = std::move(o.lock_);
   }
@@ -381,48 +411,146 @@ bool Segment::peer_serves(bool connecting) const {
   return header(base_)->serves[connecting ? 1 : 0].load(std::memory_order_acquire) != 0;
 }
 
+uint64_t Segment::offer_share(bool connecting, const ShareOffer& part) {
+  ShareSlot& s = share_slot(base_, connecting ? 0 : 1);
+  const uint64_t word = (++share_gen_ << 3) | kOffered;
+  s.seq.store(part.seq, std::memory_order_relaxed);
+  s.offset.store(part.offset, std::memory_order_relaxed);
+  s.addr.store(part.addr, std::memory_order_relaxed);
+  s.len.store(part.len, std::memory_order_relaxed);
+  // Release: an initiator that sees the word sees the fields above.
+  s.word.store(word, std::memory_order_release);
+  return word;
+}
+
+ShareEnd Segment::settle_share(bool connecting, uint64_t offered,
+                               std::chrono::nanoseconds patience) {
+  ShareSlot& s = share_slot(base_, connecting ? 0 : 1);
+  const uint64_t gen = offered & ~kStateMask;
+  uint64_t w = offered;
+  // Acquire on failure too: a kDone seen here makes the initiator's copy visible.
+  if (s.word.compare_exchange_strong(w, gen | kTaken, std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+    return ShareEnd::kTakenBack;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  for (uint32_t spins = 1;; ++spins) {
+    if (w == (gen | kDone)) return ShareEnd::kDone;
+    // kFailed, or anything else a peer wrote: the part may not be there.
+    if (w != (gen | kClaimed)) return ShareEnd::kNotDone;
+    if (spins % 1024 == 0 && std::chrono::steady_clock::now() > deadline) return ShareEnd::kStuck;
+    core::cpu_relax();
+    w = s.word.load(std::memory_order_acquire);
+  }
+}
+
+bool Segment::share_offered(bool connecting, ShareOffer* part) const {
+  ShareSlot& s = share_slot(base_, connecting ? 1 : 0);
+  // Acquire: pairs with offer_share()'s release of the fields.
+  const uint64_t w = s.word.load(std::memory_order_acquire);
+  if ((w & kStateMask) != kOffered) return false;
+  part->word = w;
+  part->seq = static_cast<uint32_t>(s.seq.load(std::memory_order_relaxed));
+  part->offset = s.offset.load(std::memory_order_relaxed);
+  part->addr = s.addr.load(std::memory_order_relaxed);
+  part->len = s.len.load(std::memory_order_relaxed);
+  return true;
+}
+
+bool Segment::claim_share(bool connecting, const ShareOffer& part) {
+  // Succeeds only while the word is still the one share_offered() read, so the fields it read
+  // were that offer's: the target writes new ones only after it moved the word.
+  uint64_t w = part.word;
+  return share_slot(base_, connecting ? 1 : 0)
+      .word.compare_exchange_strong(w, (part.word & ~kStateMask) | kClaimed,
+                                    std::memory_order_acq_rel, std::memory_order_relaxed);
+}
+
+void Segment::finish_share(bool connecting, const ShareOffer& part, bool copied) {
+  // Release: the copy happened before the target sees kDone.
+  share_slot(base_, connecting ? 1 : 0)
+      .word.store((part.word & ~kStateMask) | (copied ? kDone : kFailed),
+                  std::memory_order_release);
+}
+
 // --- PeerMemory
 
 namespace {
 
+// Skips `by` bytes of v[*first..n).
+void advance(iovec* v, size_t n, size_t* first, size_t by) {
+  while (by > 0 && *first < n) {
+    const size_t c = std::min(by, v[*first].iov_len);
+    v[*first].iov_base = static_cast<unsigned char*>(v[*first].iov_base) + c;
+    v[*first].iov_len -= c;
+    by -= c;
+    if (v[*first].iov_len == 0) ++*first;
+  }
+}
+
 // process_vm_readv/writev, until every byte moved: the kernel may stop short of the whole
 // (at most MAX_RW_COUNT per call), so the rest is asked for again.
 template <class Call>
-bool move_all(Call call, void* at, size_t len, const iovec* remote, size_t n) {
-  if (n > kMaxPeerRanges) return false;
-  iovec rest[kMaxPeerRanges];
-  std::copy(remote, remote + n, rest);
-  size_t first = 0;
+bool move_all(Call call, const iovec* local, size_t ln, const iovec* remote, size_t rn,
+              size_t len) {
+  if (ln > kMaxPeerRanges || rn > kMaxPeerRanges) return false;
+  iovec here[kMaxPeerRanges];
+  iovec there[kMaxPeerRanges];
+  std::copy(local, local + ln, here);
+  std::copy(remote, remote + rn, there);
+  size_t lf = 0;
+  size_t rf = 0;
   size_t done = 0;
   while (done < len) {
-    iovec local{static_cast<unsigned char*>(at) + done, len - done};
-    const ssize_t got = call(&local, rest + first, n - first);
+    const ssize_t got = call(here + lf, ln - lf, there + rf, rn - rf);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) return false;
     done += static_cast<size_t>(got);
-    for (size_t skip = static_cast<size_t>(got); skip > 0 && first < n;) {
-      const size_t c = std::min(skip, rest[first].iov_len);
-      rest[first].iov_base = static_cast<unsigned char*>(rest[first].iov_base) + c;
-      rest[first].iov_len -= c;
-      skip -= c;
-      if (rest[first].iov_len == 0) ++first;
-    }
+    advance(here, ln, &lf, static_cast<size_t>(got));
+    advance(there, rn, &rf, static_cast<size_t>(got));
   }
   return true;
 }
 
 }  // namespace
 
+bool PeerMemory::readv(const iovec* local, size_t ln, const iovec* remote, size_t rn,
+                       size_t len) const {
+  return move_all([this](const iovec* l, size_t lc, const iovec* r,
+                         size_t rc) { return process_vm_readv(pid_, l, lc, r, rc, 0); },
+                  local, ln, remote, rn, len);
+}
+
+bool PeerMemory::writev(const iovec* local, size_t ln, const iovec* remote, size_t rn,
+                        size_t len) const {
+  return move_all([this](const iovec* l, size_t lc, const iovec* r,
+                         size_t rc) { return process_vm_writev(pid_, l, lc, r, rc, 0); },
+                  local, ln, remote, rn, len);
+}
+
 bool PeerMemory::read(void* at, size_t len, const iovec* remote, size_t n) const {
-  return move_all([this](const iovec* local, const iovec* r,
-                         size_t rn) { return process_vm_readv(pid_, local, 1, r, rn, 0); },
-                  at, len, remote, n);
+  const iovec local{at, len};
+  return readv(&local, 1, remote, n, len);
 }
 
 bool PeerMemory::write(const void* at, size_t len, const iovec* remote, size_t n) const {
-  return move_all([this](const iovec* local, const iovec* r,
-                         size_t rn) { return process_vm_writev(pid_, local, 1, r, rn, 0); },
-                  const_cast<void*>(at), len, remote, n);
+  const iovec local{const_cast<void*>(at), len};
+  return writev(&local, 1, remote, n, len);
+}
+
+size_t slice(const iovec* in, size_t n, size_t off, size_t len, iovec* out) {
+  size_t k = 0;
+  for (size_t i = 0; i < n && len > 0; ++i) {
+    if (off >= in[i].iov_len) {
+      off -= in[i].iov_len;
+      continue;
+    }
+    const size_t c = std::min(len, in[i].iov_len - off);
+    out[k++] = {static_cast<unsigned char*>(in[i].iov_base) + off, c};
+    len -= c;
+    off = 0;
+  }
+  return k;
 }
 
 }  // namespace fabq::xport::shm

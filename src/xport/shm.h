@@ -23,6 +23,8 @@
 //       64        RingControl of ring 0 (the connecting side's frames): tail at +0, head at
 //                 +64, consumer_asleep at +128, producer_blocked at +192
 //      320        RingControl of ring 1 (the accepting side's frames)
+//      576        share slot of the connecting side as a target, then of the accepting side
+//                 (64 bytes each: state word, request seq, offset, address, length; u64 each)
 //     4096        ring 0's bytes, then ring 1's
 //
 // Its name is /fabq-<pid>-<n> (the creator's pid, a counter), which the offer carries as
@@ -70,6 +72,25 @@
 // it and the order of requests holds. After it, a copy that the kernel refuses (the peer made
 // itself non-dumpable since, or named memory it does not map) fails that one request.
 //
+// Sharing a copy. One copy is still one core's work, while the initiator's core waits for the
+// answer. From share_min bytes on (TransportConfig), a target whose peer proved it can reach
+// this side's memory (peer_serves()) offers the initiator the second part of the request,
+// page-aligned here, in its share slot (offer_share(): the request's seq, where the part
+// begins, where it is in the target's memory), copies the first part itself, then settles the
+// offer (settle_share()). The slot's word holds a generation and a state; it moves by
+// compare-and-swap from kOffered to exactly one of kTaken (the target takes the part back:
+// the initiator did not claim it in time) or kClaimed (the initiator copies it with
+// process_vm_writev(), or process_vm_readv() for a read, then sets kDone or kFailed). The
+// target answers only after the whole request is in place: on kTaken or kFailed it copies the
+// part itself, on kClaimed it waits for the end. So nothing changes for order, completion
+// levels or the region's lifetime: the region is held for the whole request, as before. What
+// the peer writes into the slot is trusted for nothing but "the part is done": a peer that
+// writes anything but kDone gets its part copied by the target, and one that claims the part
+// and never finishes it fails its connection (kStuck) after a second. An initiator copies
+// only inside the request it recorded, into its own buffers' bounds; the address it writes to
+// or reads from is the target's (a target that names another one of its own addresses hurts
+// only itself).
+//
 // Thread safety: a Segment and its Rings belong to one connection and are used under its lock,
 // except the lock-free checks (readable(), writable(), arm_consumer()) that the progress engine
 // makes while it holds the engine lock, which keeps the connection (and so the mapping) alive.
@@ -78,6 +99,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -90,6 +112,23 @@ namespace fabq::xport::shm {
 
 // Bytes of each ring; a power of two.
 inline constexpr size_t kRingBytes = 256 * 1024;
+
+// A part of a direct request that its target offers the initiator (Sharing a copy, above).
+struct ShareOffer {
+  uint64_t word = 0;    // the slot's word as the initiator read it (generation, kOffered)
+  uint32_t seq = 0;     // the request's (wire::Header::seq)
+  uint64_t offset = 0;  // where the part begins among the request's bytes
+  uint64_t addr = 0;    // where it is in the target's memory
+  uint64_t len = 0;     // the rest of the request, from offset
+};
+
+// How an offer ended, for the target.
+enum class ShareEnd : uint8_t {
+  kTakenBack,  // the initiator had not claimed it: the target copies the part
+  kDone,       // the initiator copied it
+  kNotDone,    // the initiator could not (or wrote what no initiator writes): the target copies it
+  kStuck,      // the initiator claimed it and did not finish within the patience given
+};
 
 enum class Status : uint8_t {
   kOk,
@@ -202,6 +241,18 @@ class Segment {
   // already let it reach).
   bool peer_serves(bool connecting) const;
 
+  // Sharing a copy (above). The target's side, under its connection's lock: offers part
+  // (its word is ignored) and returns the word that names the offer; then settles it, spinning
+  // while the initiator copies, at most `patience`.
+  uint64_t offer_share(bool connecting, const ShareOffer& part);
+  ShareEnd settle_share(bool connecting, uint64_t offered, std::chrono::nanoseconds patience);
+  // The initiator's side: an offer of the peer's now, its fields read (acquire: the ones the
+  // target wrote before it); claims it (false if the target took it back or offered another
+  // since); says it is done. Lock-free, any thread; a stale answer only loses the offer.
+  bool share_offered(bool connecting, ShareOffer* part) const;
+  bool claim_share(bool connecting, const ShareOffer& part);
+  void finish_share(bool connecting, const ShareOffer& part, bool copied);
+
  private:
   void reset();
   static std::string name_of(uint64_t id);
@@ -212,7 +263,8 @@ class Segment {
   size_t size_ = 0;
   uint64_t id_ = 0;
   uint64_t nonce_ = 0;
-  bool named_ = false;  // this side still has to unlink the name
+  uint64_t share_gen_ = 0;  // this side's offers so far
+  bool named_ = false;      // this side still has to unlink the name
   // The creator's: its flock(LOCK_SH) says "this name is mine" to every sweep until unlink().
   // A child forked meanwhile shares the lock, and keeps the name too while it runs.
   core::UniqueFd lock_;
@@ -229,9 +281,16 @@ class PeerMemory {
   // bytes may have moved.
   bool read(void* at, size_t len, const iovec* remote, size_t n) const;
   bool write(const void* at, size_t len, const iovec* remote, size_t n) const;
+  // The same with several local ranges (ln, rn <= kMaxPeerRanges), len bytes on each side.
+  bool readv(const iovec* local, size_t ln, const iovec* remote, size_t rn, size_t len) const;
+  bool writev(const iovec* local, size_t ln, const iovec* remote, size_t rn, size_t len) const;
 
  private:
   int pid_;
 };
+
+// The ranges that hold bytes [off, off + len) of in[0..n) laid end to end, into out (at most n
+// of them, none empty); returns how many. Fewer bytes if in[] holds fewer.
+size_t slice(const iovec* in, size_t n, size_t off, size_t len, iovec* out);
 
 }  // namespace fabq::xport::shm

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -255,6 +256,97 @@ TEST(ShmSegment, MoveAssignmentOverACreatedSegmentRemovesTheOldName) {
   EXPECT_TRUE(name_exists(new_id));
   EXPECT_EQ(a.id(), new_id);
   EXPECT_TRUE(a.valid());
+}
+
+// --- Sharing a copy (shm.h): one offer at a time per target, each ending exactly one way.
+
+struct SharePair {
+  Segment initiator = Segment::create();  // the connecting side
+  Segment target = Segment::open(initiator.id(), initiator.nonce());
+  static constexpr ShareOffer kPart{.seq = 7, .offset = 4096, .addr = 0x1000, .len = 100};
+};
+constexpr std::chrono::milliseconds kPatience{20};
+
+TEST(ShmShare, TheInitiatorSeesTheOfferWithItsFieldsAndATargetThatTakesItBackCopiesItself) {
+  SharePair p;
+  ASSERT_TRUE(p.target.valid());
+  ShareOffer seen;
+  EXPECT_FALSE(p.initiator.share_offered(true, &seen)) << "nothing offered yet";
+  const uint64_t offered = p.target.offer_share(false, SharePair::kPart);
+  ASSERT_TRUE(p.initiator.share_offered(true, &seen));
+  EXPECT_EQ(seen.word, offered);
+  EXPECT_EQ(seen.seq, 7u);
+  EXPECT_EQ(seen.offset, 4096u);
+  EXPECT_EQ(seen.addr, 0x1000u);
+  EXPECT_EQ(seen.len, 100u);
+  EXPECT_FALSE(p.target.share_offered(false, &seen)) << "a side sees its peer's offers only";
+  EXPECT_EQ(p.target.settle_share(false, offered, kPatience), ShareEnd::kTakenBack);
+  EXPECT_FALSE(p.initiator.claim_share(true, seen)) << "claimed after it was taken back";
+  EXPECT_FALSE(p.initiator.share_offered(true, &seen));
+}
+
+TEST(ShmShare, AClaimedPartIsDoneOrNotDoneAsTheInitiatorSays) {
+  SharePair p;
+  ASSERT_TRUE(p.target.valid());
+  for (const bool copied : {true, false}) {
+    const uint64_t offered = p.target.offer_share(false, SharePair::kPart);
+    ShareOffer seen;
+    ASSERT_TRUE(p.initiator.share_offered(true, &seen));
+    ASSERT_TRUE(p.initiator.claim_share(true, seen));
+    EXPECT_FALSE(p.initiator.claim_share(true, seen)) << "claimed twice";
+    p.initiator.finish_share(true, seen, copied);
+    EXPECT_EQ(p.target.settle_share(false, offered, kPatience),
+              copied ? ShareEnd::kDone : ShareEnd::kNotDone);
+  }
+}
+
+TEST(ShmShare, AnOldOffersClaimDoesNotTakeTheNextOne) {
+  SharePair p;
+  ASSERT_TRUE(p.target.valid());
+  const uint64_t first = p.target.offer_share(false, SharePair::kPart);
+  ShareOffer old;
+  ASSERT_TRUE(p.initiator.share_offered(true, &old));
+  ASSERT_EQ(p.target.settle_share(false, first, kPatience), ShareEnd::kTakenBack);
+  const uint64_t second = p.target.offer_share(false, SharePair::kPart);
+  EXPECT_NE(second, first) << "each offer has its own generation";
+  EXPECT_FALSE(p.initiator.claim_share(true, old));
+  EXPECT_EQ(p.target.settle_share(false, second, kPatience), ShareEnd::kTakenBack);
+}
+
+TEST(ShmShare, AClaimNeverFinishedIsStuckAfterThePatienceAndAnythingElseIsNotDone) {
+  SharePair p;
+  ASSERT_TRUE(p.target.valid());
+  uint64_t offered = p.target.offer_share(false, SharePair::kPart);
+  ShareOffer seen;
+  ASSERT_TRUE(p.initiator.share_offered(true, &seen));
+  ASSERT_TRUE(p.initiator.claim_share(true, seen));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(p.target.settle_share(false, offered, kPatience), ShareEnd::kStuck);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, kPatience);
+  // A peer that writes a word of another generation, or no state at all, has done nothing.
+  offered = p.target.offer_share(false, SharePair::kPart);
+  ASSERT_TRUE(p.initiator.share_offered(true, &seen));
+  seen.word += 8;  // the next generation's offer
+  ASSERT_FALSE(p.initiator.claim_share(true, seen));
+  p.initiator.finish_share(true, seen, true);
+  EXPECT_EQ(p.target.settle_share(false, offered, kPatience), ShareEnd::kNotDone);
+}
+
+TEST(ShmShare, SliceGivesTheRangesOfAWindowOfBuffersLaidEndToEnd) {
+  char a[10], b[1], c[20];
+  const iovec in[4] = {{a, sizeof(a)}, {nullptr, 0}, {b, sizeof(b)}, {c, sizeof(c)}};
+  iovec out[4];
+  ASSERT_EQ(slice(in, 4, 8, 5, out), 3u);
+  EXPECT_EQ(out[0].iov_base, a + 8);
+  EXPECT_EQ(out[0].iov_len, 2u);
+  EXPECT_EQ(out[1].iov_base, b);
+  EXPECT_EQ(out[1].iov_len, 1u);
+  EXPECT_EQ(out[2].iov_base, c);
+  EXPECT_EQ(out[2].iov_len, 2u);
+  ASSERT_EQ(slice(in, 4, 11, 100, out), 1u) << "no more than there is";
+  EXPECT_EQ(out[0].iov_base, c);
+  EXPECT_EQ(out[0].iov_len, 20u);
+  EXPECT_EQ(slice(in, 4, 31, 1, out), 0u);
 }
 
 }  // namespace
