@@ -96,6 +96,11 @@ extern "C" FI_EXT_INI {
                   "through the shared ring; 0: never. Where the kernel does not allow it, "
                   "transfers go through the ring",
                   /*allow_zero=*/true);
+  define_and_read("shm_share_min", &g_params.shm_share_min,
+                  "Bytes from which the target of such a direct copy lets the initiator's "
+                  "process copy the second half itself, so that both processes copy at once; "
+                  "0: the target copies it all",
+                  /*allow_zero=*/true);
   define_and_read("cm_backlog", &g_params.cm_backlog,
                   "Connections a passive endpoint or RDM endpoint holds at once between their "
                   "arrival and the end of their handshake (for a passive endpoint: until "

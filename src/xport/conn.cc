@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "core/atomic_op.h"
@@ -34,6 +35,8 @@ constexpr size_t kSendRing = 1024;
 constexpr int kIovBatch = 16;
 constexpr uint32_t kIn = EPOLLIN;
 constexpr uint32_t kOut = EPOLLOUT;
+// How long the target of a shared copy waits for the initiator to finish its part.
+constexpr std::chrono::seconds kSharePatience{1};
 
 bool is_data(wire::Op op) {
   return op == wire::Op::kMsg || op == wire::Op::kTagged;
@@ -60,9 +63,40 @@ bool is_collected_request(const wire::Header& h) {
 class DirectRequest final : public DirectCopy {
  public:
   DirectRequest(int pid, bool write, size_t len) : peer_(pid), write_(write), len_(len) {}
-  bool copy(void* at) const override {
-    return write_ ? peer_.read(at, len_, iov_, count_) : peer_.write(at, len_, iov_, count_);
+  // From `min` bytes on, offers the initiator the second part of request `seq` through `seg`
+  // (shm.h "Sharing a copy").
+  void share(shm::Segment* seg, bool connecting, uint32_t seq, size_t min) {
+    seg_ = seg;
+    connecting_ = connecting;
+    seq_ = seq;
+    share_min_ = min;
   }
+  bool copy(void* at) const override {
+    auto* here = static_cast<unsigned char*>(at);
+    // The part begins at a page boundary of this side near the middle: each side pins whole
+    // pages of the other's.
+    const uintptr_t mid = (reinterpret_cast<uintptr_t>(here) + len_ / 2) & ~uintptr_t{4095};
+    const size_t head = mid > reinterpret_cast<uintptr_t>(here)
+                            ? static_cast<size_t>(mid - reinterpret_cast<uintptr_t>(here))
+                            : 0;
+    if (seg_ == nullptr || share_min_ == 0 || len_ < share_min_ || head == 0) {
+      return move(here, 0, len_);
+    }
+    const uint64_t offered = seg_->offer_share(
+        connecting_, {.seq = seq_, .offset = head, .addr = mid, .len = len_ - head});
+    const bool first = move(here, 0, head);
+    switch (seg_->settle_share(connecting_, offered, kSharePatience)) {
+      case shm::ShareEnd::kDone:
+        return first;
+      case shm::ShareEnd::kStuck:
+        stuck_ = true;
+        return false;
+      default:
+        return move(here + head, head, len_ - head) && first;
+    }
+  }
+  // The initiator claimed a part and did not finish it: the connection must end.
+  bool stuck() const { return stuck_; }
   // Takes the entries of a direct request's payload: false unless they sum to the read's
   // length (a write's length is their sum) and that is at most max_len.
   bool parse(const unsigned char* p, size_t bytes, size_t max_len) {
@@ -81,11 +115,23 @@ class DirectRequest final : public DirectCopy {
   size_t len() const { return len_; }
 
  private:
+  // Bytes [off, off + n) of the initiator's buffers to or from `at`.
+  bool move(unsigned char* at, size_t off, size_t n) const {
+    iovec part[wire::kMaxDirectEntries];
+    const size_t k = shm::slice(iov_, count_, off, n, part);
+    return write_ ? peer_.read(at, n, part, k) : peer_.write(at, n, part, k);
+  }
+
   shm::PeerMemory peer_;
   bool write_;
   size_t len_;
   iovec iov_[wire::kMaxDirectEntries];
   size_t count_ = 0;
+  shm::Segment* seg_ = nullptr;
+  bool connecting_ = false;
+  uint32_t seq_ = 0;
+  size_t share_min_ = 0;
+  mutable bool stuck_ = false;
 };
 static_assert(wire::kMaxDirectEntries <= shm::kMaxPeerRanges);
 static_assert(sizeof(TxOp::direct_desc) == wire::kMaxDirectEntries * wire::kDirectEntrySize);
@@ -149,7 +195,9 @@ void Conn::close_socket_locked() {
     shm_rx_open_.store(false, std::memory_order_relaxed);
     shm_tx_blocked_.store(false, std::memory_order_relaxed);
   }
-  seg_.unlink();  // a handshake cut short: the name must not outlive it
+  seg_.unlink();     // a handshake cut short: the name must not outlive it
+  share_count_ = 0;  // its ops end with the connection
+  shares_waiting_.store(false, std::memory_order_relaxed);
   // Ended before it was handed over: its acceptor frees it (at the end of this round).
   if (acceptor_ != nullptr) acceptor_->reap(this);
 }
@@ -256,6 +304,7 @@ int Conn::submit(TxOp* op) {
       break;
   }
   op->direct = go_direct_locked(op, &h);
+  op->shared = false;
   wire::encode(h, op->header);
   op->written = 0;
   op->accepted = true;
@@ -271,6 +320,7 @@ int Conn::submit(TxOp* op) {
     default:
       break;
   }
+  if (op->direct) record_share_locked(op);
   sendq_[(send_head_ + send_count_) % sendq_.size()] = op;
   ++send_count_;
   if (!writing_ || send_count_ == 1) flush_locked();
@@ -771,12 +821,14 @@ bool Conn::frame_done_locked() {
       return flush_locked();
     case wire::Op::kReadResp:
     case wire::Op::kAtomicResp:
+      forget_share_locked(h.seq);
       owner_->placed(in_, &place_);
       return true;
     case wire::Op::kReadReq:
     case wire::Op::kAtomic:
       return answer_request_locked(h);
     case wire::Op::kRmaAck:
+      forget_share_locked(h.seq);
       if (!owner_->rma_acked(this, h.seq, static_cast<RmaStatus>(h.data))) {
         fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "an answer to no write of ours");
         return false;
@@ -818,7 +870,16 @@ bool Conn::answer_request_locked(const wire::Header& h) {
     a.len = copy.len();
     a.direct = &copy;
     a.write = write;
+    // Only a peer that proved it can reach this side's memory may copy a part itself.
+    if (seg_.peer_serves(shm_connecting_)) {
+      copy.share(&seg_, shm_connecting_, h.seq, engine_->config().share_min);
+    }
     const RmaStatus status = owner_->remote_access(a, nullptr);
+    if (copy.stuck()) {
+      fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR,
+                  "the peer took part of a direct copy and did not finish it");
+      return false;
+    }
     queue_ctrl_locked(write ? wire::Op::kRmaAck : wire::Op::kReadResp, h.seq, nullptr, 0,
                       write ? 0u : uint32_t{wire::kDirect}, 0, static_cast<uint64_t>(status));
     return flush_locked();

@@ -113,6 +113,12 @@ class Conn final : public Connection, public Pollable {
   bool answer_request_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   // submit(): makes `op` a direct request (wire.h kDirect) when it may be one; true if so.
   bool go_direct_locked(TxOp* op, wire::Header* h) FABQ_REQUIRES(mu_);
+  // Sharing a copy (shm.h). The initiator's side: remembers a direct request the peer may offer
+  // a part of; copies the part the peer offers, if it is one of those; forgets the request
+  // answered now.
+  void record_share_locked(TxOp* op) FABQ_REQUIRES(mu_);
+  void take_share_locked() FABQ_REQUIRES(mu_);
+  void forget_share_locked(uint32_t seq) FABQ_REQUIRES(mu_);
   void queue_ctrl_locked(wire::Op op, uint32_t seq, const void* data, size_t len,
                          uint32_t flags = 0, uint64_t tag = 0, uint64_t hdata = 0)
       FABQ_REQUIRES(mu_);
@@ -201,6 +207,17 @@ class Conn final : public Connection, public Pollable {
   bool shm_connecting_ FABQ_GUARDED_BY(mu_) = false;  // this side created seg_
   // The peer's pid, proved (shm.h): this side serves its direct requests. 0: it does not.
   int direct_peer_pid_ FABQ_GUARDED_BY(mu_) = 0;
+  // The direct requests sent and not answered whose part the peer may offer, oldest first
+  // (the peer answers in order). A request that finds the ring full is not shared.
+  static constexpr size_t kShareRecords = 64;
+  struct ShareRecord {
+    uint32_t seq = 0;
+    TxOp* op = nullptr;  // alive while the peer's offer of it stands (it answers after)
+  };
+  ShareRecord shares_[kShareRecords] FABQ_GUARDED_BY(mu_);
+  size_t share_head_ FABQ_GUARDED_BY(mu_) = 0;
+  size_t share_count_ FABQ_GUARDED_BY(mu_) = 0;
+  std::atomic<bool> shares_waiting_{false};  // share_count_ != 0; a hint for poll_shm()
   shm::Ring tx_ring_;
   shm::Ring rx_ring_;
   bool tx_shm_ FABQ_GUARDED_BY(mu_) = false;

@@ -4,6 +4,7 @@
 #include <ifaddrs.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -17,6 +18,22 @@ namespace {
 // Control frames owed to the peer beyond this: stop reading until they are written.
 constexpr size_t kCtrlBacklog = 64 * 1024;
 constexpr size_t kReadBuffer = 16 * 1024;
+
+// The buffers a direct request named (Conn::go_direct_locked(): op.direct_desc, which its iov
+// points at) into bufs; returns their bytes.
+size_t direct_buffers(const TxOp& op, iovec* bufs, size_t* count = nullptr) {
+  const iovec& desc = op.iov[op.kind == TxKind::kWrite ? 0 : 1];
+  const size_t n = std::min(desc.iov_len / wire::kDirectEntrySize, wire::kMaxDirectEntries);
+  size_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char* e = op.direct_desc + i * wire::kDirectEntrySize;
+    bufs[i] = {reinterpret_cast<void*>(static_cast<uintptr_t>(wire::get_u64(e))),
+               static_cast<size_t>(wire::get_u64(e + 8))};
+    bytes += bufs[i].iov_len;
+  }
+  if (count != nullptr) *count = n;
+  return bytes;
+}
 
 }  // namespace
 
@@ -74,9 +91,11 @@ void Conn::shm_agreed_locked(bool connecting) {
 void Conn::poll_shm() {
   const bool rx = shm_rx_open_.load(std::memory_order_relaxed) && rx_ring_.readable();
   const bool tx = shm_tx_blocked_.load(std::memory_order_relaxed) && tx_ring_.writable();
-  if (!rx && !tx) return;
+  const bool share = shares_waiting_.load(std::memory_order_relaxed);
+  if (!rx && !tx && !share) return;
   core::MutexLock lock(mu_);
   if (state() == State::kClosed) return;
+  if (share) take_share_locked();
   if (tx && !flush_locked()) return;
   if (rx_shm_ && !stalled_) read_locked();
 }
@@ -86,6 +105,55 @@ bool Conn::arm_shm() {
   if (shm_rx_open_.load(std::memory_order_relaxed)) work = rx_ring_.arm_consumer();
   if (shm_tx_blocked_.load(std::memory_order_relaxed) && tx_ring_.arm_producer()) work = true;
   return work;
+}
+
+void Conn::record_share_locked(TxOp* op) {
+  const size_t min = engine_->config().share_min;
+  iovec bufs[wire::kMaxDirectEntries];
+  // Only a peer this side can reach may be helped; it offers nothing below its own minimum.
+  if (min == 0 || direct_peer_pid_ == 0 || share_count_ == kShareRecords ||
+      direct_buffers(*op, bufs) < min) {
+    return;
+  }
+  shares_[(share_head_ + share_count_++) % kShareRecords] = {op->seq, op};
+  shares_waiting_.store(true, std::memory_order_relaxed);
+}
+
+void Conn::forget_share_locked(uint32_t seq) {
+  if (share_count_ == 0 || shares_[share_head_].seq != seq) return;
+  share_head_ = (share_head_ + 1) % kShareRecords;
+  if (--share_count_ == 0) shares_waiting_.store(false, std::memory_order_relaxed);
+}
+
+void Conn::take_share_locked() {
+  shm::ShareOffer part;
+  if (share_count_ == 0 || !seg_.share_offered(shm_connecting_, &part)) return;
+  // The peer answers requests in order: those recorded before the offered one are answered.
+  while (share_count_ > 0 && shares_[share_head_].seq != part.seq) {
+    share_head_ = (share_head_ + 1) % kShareRecords;
+    --share_count_;
+  }
+  if (share_count_ == 0) {
+    shares_waiting_.store(false, std::memory_order_relaxed);
+    return;  // not one this side recorded: the target copies it
+  }
+  TxOp* const op = shares_[share_head_].op;
+  forget_share_locked(part.seq);
+  iovec bufs[wire::kMaxDirectEntries];
+  size_t count = 0;
+  const size_t bytes = direct_buffers(*op, bufs, &count);
+  // Only a part inside the request's own buffers: the rest is the target's to copy.
+  if (part.offset >= bytes || part.len != bytes - part.offset) return;
+  if (!seg_.claim_share(shm_connecting_, part)) return;
+  iovec mine[wire::kMaxDirectEntries];
+  const size_t n = shm::slice(bufs, count, part.offset, part.len, mine);
+  const iovec theirs{reinterpret_cast<void*>(static_cast<uintptr_t>(part.addr)),
+                     static_cast<size_t>(part.len)};
+  const shm::PeerMemory peer(direct_peer_pid_);
+  const bool copied = op->kind == TxKind::kWrite ? peer.writev(mine, n, &theirs, 1, part.len)
+                                                 : peer.readv(mine, n, &theirs, 1, part.len);
+  seg_.finish_share(shm_connecting_, part, copied);
+  if (copied) op->shared = true;
 }
 
 // Reads the peer's frames from the ring until it is empty, the connection stalls or ends.

@@ -59,6 +59,9 @@ struct TransportConfig {
   // Through shared memory, an RMA write or read of at least this many bytes is copied directly
   // between the two processes' memory (DirectCopy) instead of through the ring; 0: never.
   size_t direct_min = 16384;
+  // From this many bytes on, the target of a direct copy offers the initiator's process a part
+  // of it to copy, so both copy at once (shm.h "Sharing a copy"); 0: never.
+  size_t share_min = 256 * 1024;
   size_t cm_backlog = 1024;  // per listener: connections in their handshake at once
   // Called with after_round_arg after every progress round, holding none of the transport's
   // locks: the provider publishes there what its owners' upcalls left in its outbox (the
@@ -150,6 +153,9 @@ struct TxOp {
   // buffers are, `direct_desc` holds that description, and iov/len were rewritten to it.
   bool direct = false;
   unsigned char direct_desc[16 * kMaxIov] = {};
+  // ... and this process copied a part of it, which the target offered (shm.h "Sharing a
+  // copy"). Set before the answer arrives; for statistics and tests.
+  bool shared = false;
   unsigned char header[32] = {};
   size_t written = 0;  // header and payload bytes handed to the kernel
 };

@@ -260,12 +260,13 @@ constexpr size_t kBaseOf[2] = {40, 48};
 constexpr size_t kServesOf[2] = {56, 60};
 
 struct RmaTarget {
-  RmaTarget()
+  explicit RmaTarget(size_t region_bytes = kRegion)
       : s([] {
           Options o;
           o.caps = FI_MSG | FI_RMA;
           return o;
-        }()) {}
+        }()),
+        bytes(region_bytes) {}
   ~RmaTarget() {
     if (mr != nullptr) fi_close(&mr->fid);
   }
@@ -280,8 +281,8 @@ struct RmaTarget {
     if (before_accept) before_accept();
     ASSERT_TRUE(s.open_endpoint(info));
     std::memset(mem.data(), '#', mem.size());
-    std::memset(region(), '.', kRegion);
-    ASSERT_EQ(fi_mr_reg(s.domain(), region(), kRegion, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, kKey, 0,
+    std::memset(region(), '.', bytes);
+    ASSERT_EQ(fi_mr_reg(s.domain(), region(), bytes, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, kKey, 0,
                         &mr, nullptr),
               0);
     ASSERT_TRUE(s.accept());
@@ -292,7 +293,8 @@ struct RmaTarget {
            std::all_of(mem.end() - 4096, mem.end(), [](char c) { return c == '#'; });
   }
   Side s;
-  std::string mem = std::string(4096 + kRegion + 4096, '#');
+  size_t bytes;
+  std::string mem = std::string(4096 + bytes + 4096, '#');
   fid_mr* mr = nullptr;
 };
 
@@ -433,6 +435,148 @@ TEST(MsgShm, AProvedPeersDirectWriteAndReadAreServedAndEntriesThatLieFailTheConn
             std::string(12 * 1024, 'a') + std::string(8 * 1024, 'b'));
   EXPECT_EQ(std::count(t.region(), t.region() + kRegion, '.'),
             static_cast<long>(kRegion - 20 * 1024));
+  EXPECT_TRUE(t.guards_intact());
+  EXPECT_EQ(raw.join(&t.s), 0);
+}
+
+// Sharing a copy (shm.h): fabq as the target offers a peer that says it can reach fabq's memory
+// the second part of a large direct write, in its share slot (the accepting side's, at 640:
+// word, then the request's seq). The word is generation << 3 | state (1 offered, 2 taken back, 3
+// claimed, 4 done, 5 failed).
+constexpr size_t kShareWord = 640;
+// Above the default share minimum (256 KiB), and long enough that fabq's half takes a while.
+constexpr size_t kShareLen = (2u << 20) + 12345;
+
+// n bytes that say which write and which position they are.
+std::string pattern(size_t n, int write) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>('0' + (i * 7 + write) % 64);
+  return s;
+}
+
+// fabq's offers so far (the generation in its share slot's word).
+uint64_t offers_made(const View& v) {
+  return v.at<uint64_t>(kShareWord).load(std::memory_order_acquire) >> 3;
+}
+
+// The raw peer watches the offers fabq makes after `before` while it serves `count` requests,
+// and claims the first one it sees in time; false if fabq settled them all first. *gen: the
+// claimed offer's generation bits.
+bool claim_offer(const View& v, uint64_t before, int count, uint64_t* gen) {
+  std::atomic<uint64_t>& word = v.at<uint64_t>(kShareWord);
+  const auto t0 = Clock::now();
+  while (ms_since(t0) < kTimeoutMs) {
+    uint64_t w = word.load(std::memory_order_acquire);
+    if ((w >> 3) > before && (w & 7) == 1 &&
+        word.compare_exchange_strong(w, (w & ~uint64_t{7}) | 3)) {
+      *gen = w & ~uint64_t{7};
+      return true;
+    }
+    if ((w >> 3) >= before + static_cast<uint64_t>(count) && (w & 7) != 1) return false;
+  }
+  return false;
+}
+
+TEST(MsgShm, APeerThatTakesPartOfACopyAndFailsOrNeverFinishesIsCoveredThenCutOff) {
+  SKIP_UNLESS_FABQ();
+  constexpr size_t kSecond = kShareLen + 65536;  // where each write goes in the region
+  constexpr size_t kThird = 2 * kSecond;
+  Peer raw([&](Link& link) {
+    RawConnection conn;
+    if (!conn.dial(link)) return;
+    const RawShm mine;
+    ASSERT_TRUE(mine.valid());
+    const View& view = mine.view;
+    uint32_t flags = 0;
+    if (!conn.handshake("share", &mine.offer, &flags)) return;
+    ASSERT_NE(flags & kShmAccept, 0u);
+    ASSERT_EQ(view.at<uint32_t>(kServesOf[1]).load(), 1u) << "fabq did not prove its peer";
+    // This side says it can reach fabq's memory (it never tries).
+    view.at<uint32_t>(kServesOf[0]).store(1, std::memory_order_release);
+    shm::Ring tx = mine.seg.tx(/*connecting=*/true);
+    shm::Ring rx = mine.seg.rx(/*connecting=*/true);
+    uint32_t seq = 0;
+    auto write = [&](const std::string& bytes, uint64_t at) {
+      return post(tx, conn,
+                  Header{.op = kWrite, .flags = kDirect, .seq = ++seq, .tag = kKey, .data = at},
+                  direct_entry(bytes.data(), bytes.size()));
+    };
+    auto acked_as = [&](uint32_t answered) {
+      Header h;
+      std::string payload;
+      return ring_frame(rx, &h, &payload) && h.op == kRmaAck && h.seq == answered && h.data == 0;
+    };
+    // 1. An offer left alone: fabq takes it back and copies the whole write.
+    const std::string first = pattern(kShareLen, 1);
+    ASSERT_TRUE(write(first, 0));
+    ASSERT_TRUE(acked_as(seq));
+    // Whether this side sees an offer before fabq takes it back is the scheduler's business:
+    // it sends bursts of kBurst writes until it claimed one, at most kBursts of them.
+    constexpr int kBurst = 16;
+    constexpr int kBursts = 100;
+    // 2. An offer claimed and then failed: fabq copies the part itself.
+    const std::string second = pattern(kShareLen, 2);
+    bool failed_one = false;
+    for (int burst = 0; burst < kBursts && !failed_one; ++burst) {
+      const uint32_t from = seq + 1;
+      const uint64_t before = offers_made(view);
+      for (int i = 0; i < kBurst; ++i) {
+        ASSERT_TRUE(write(second, kSecond));
+      }
+      uint64_t gen = 0;
+      if (claim_offer(view, before, kBurst, &gen)) {
+        view.at<uint64_t>(kShareWord).store(gen | 5, std::memory_order_release);
+        failed_one = true;
+      }
+      for (uint32_t answered = from; answered <= seq; ++answered) {
+        Header h;
+        std::string payload;
+        ASSERT_TRUE(ring_frame(rx, &h, &payload));
+        EXPECT_EQ(h.op, kRmaAck);
+        EXPECT_EQ(h.seq, answered);
+        EXPECT_EQ(h.data, 0u) << "status";
+      }
+    }
+    EXPECT_TRUE(failed_one) << "fabq took back every offer before this side could claim one";
+    // 3. An offer claimed and never finished: fabq gives up after a second and cuts this
+    // connection off.
+    const std::string third = pattern(kShareLen, 3);
+    bool stuck = false;
+    for (int burst = 0; burst < kBursts && !stuck; ++burst) {
+      const uint32_t from = seq + 1;
+      const uint64_t before = offers_made(view);
+      for (int i = 0; i < kBurst; ++i) {
+        ASSERT_TRUE(write(third, kThird));
+      }
+      uint64_t gen = 0;
+      stuck = claim_offer(view, before, kBurst, &gen);
+      for (uint32_t answered = from; !stuck && answered <= seq; ++answered) {
+        ASSERT_TRUE(acked_as(answered));
+      }
+    }
+    ASSERT_TRUE(stuck);
+    EXPECT_TRUE(conn.closed_by_peer()) << "fabq kept a connection that never finished its part";
+    link.signal('x');
+  });
+  RmaTarget t(kThird + kShareLen + 65536);
+  ASSERT_NO_FATAL_FAILURE(t.accept(raw));
+  ASSERT_TRUE(t.s.await(raw.link(), 'x'));
+  ASSERT_NO_FATAL_FAILURE(expect_req_err(t.s));
+  EXPECT_EQ(std::string(t.region(), kShareLen), pattern(kShareLen, 1));
+  EXPECT_EQ(std::string(t.region() + kSecond, kShareLen), pattern(kShareLen, 2));
+  // The third write's range holds its bytes, or (the part given away) the region's own.
+  const std::string third = pattern(kShareLen, 3);
+  for (size_t i = 0; i < kShareLen; ++i) {
+    const char c = t.region()[kThird + i];
+    if (c != third[i] && c != '.') {
+      ADD_FAILURE() << "byte " << i << " of the third write's range";
+      break;
+    }
+  }
+  EXPECT_EQ(std::count(t.region() + kShareLen, t.region() + kSecond, '.'),
+            static_cast<long>(kSecond - kShareLen));
+  EXPECT_EQ(std::count(t.region() + kThird + kShareLen, t.region() + t.bytes, '.'),
+            static_cast<long>(t.bytes - kThird - kShareLen));
   EXPECT_TRUE(t.guards_intact());
   EXPECT_EQ(raw.join(&t.s), 0);
 }

@@ -226,6 +226,13 @@ class Harness : public Base {
     configure(&c);
     t_ = make_tcp_transport(c);
     ASSERT_NE(t_, nullptr);
+    config_ = c;
+  }
+  // From now on the connecting side's connections are made by a second transport of the same
+  // configuration (its own engine, as another process would have); tick() progresses both.
+  void second_transport() {
+    t2_ = make_tcp_transport(config_);
+    ASSERT_NE(t2_, nullptr);
   }
   void TearDown() override {
     for (const FakeOwner* o : {&client_, &server_}) {
@@ -239,7 +246,9 @@ class Harness : public Base {
 
   // One progress round, unless the progress thread moves the bytes.
   void tick() {
-    if (manual_) t_->progress();
+    if (!manual_) return;
+    t_->progress();
+    if (t2_ != nullptr && tick_second_) t2_->progress();
   }
   template <class Pred>
   bool pump(Pred done, milliseconds timeout = kTimeout) {
@@ -275,7 +284,7 @@ class Harness : public Base {
   void request(Pair* p, std::string_view data, Request* out,
                const core::HmacSha256* auth = nullptr) {
     const size_t before = passive_.request_count();
-    p->client = t_->make_connection(&client_, params(auth));
+    p->client = (t2_ != nullptr ? t2_ : t_)->make_connection(&client_, params(auth));
     ASSERT_NE(p->client, nullptr);
     ASSERT_EQ(p->client->connect(p->at, data.data(), data.size()), 0);
     ASSERT_TRUE(pump([&] { return passive_.request_count() > before; }))
@@ -314,8 +323,11 @@ class Harness : public Base {
   FakeOwner client_;  // the connecting endpoint (A of RDM tests)
   FakeOwner server_;  // the endpoint that adopts the accepted connection (B of RDM tests)
   FakePassiveOwner passive_;
-  std::unique_ptr<Transport> t_;  // after the owners: destroyed (and its thread stopped) first
-  bool manual_ = true;            // false: the progress thread moves the bytes (begin_wait)
+  std::unique_ptr<Transport> t_;   // after the owners: destroyed (and its thread stopped) first
+  std::unique_ptr<Transport> t2_;  // second_transport(); destroyed before t_
+  bool tick_second_ = true;        // false: a thread of the test progresses t2_
+  TransportConfig config_;
+  bool manual_ = true;  // false: the progress thread moves the bytes (begin_wait)
 };
 
 // Connection and data tests, over TCP (false) and over shared memory (true).

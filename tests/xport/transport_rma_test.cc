@@ -10,8 +10,10 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "transport_harness.h"
@@ -267,6 +269,152 @@ TEST_P(TransportNoDirectTest, WithDirectCopiesOffLargeTransfersTravelThroughTheR
   EXPECT_FALSE(journal_has(server_, "direct write"));
   EXPECT_FALSE(journal_has(server_, "direct read"));
   EXPECT_EQ(r.data, std::string(4 * kDirectMin, 'w'));
+}
+
+// =============================================================================================
+// Sharing a copy (shm.h): from share_min bytes on, the target offers the initiator's process
+// the second part of a direct request, and both copy at once. Here the two sides run in two
+// engines, each progressed by a thread of its own, as two processes are.
+
+constexpr size_t kShareMin = TransportConfig{}.share_min;
+// Long enough that the target's half takes a while, odd so that the initiator's half begins
+// inside one of its buffers and the region's bytes are not page-aligned.
+constexpr size_t kShareLen = (3u << 20) + 12345;
+constexpr size_t kAt = 4097;  // where the transfers go in the region
+// Whether the initiator's thread gets to claim an offer in time is the scheduler's business:
+// transfers go on until one was shared, at least kAtLeast and at most kAtMost of them.
+constexpr int kAtLeast = 8;
+constexpr int kAtMost = 300;
+
+// n bytes that say which transfer and which position they are: a part copied to the wrong
+// place, twice or not at all shows.
+std::string pattern(size_t n, int transfer) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i)
+    s[i] = static_cast<char>((i * 131 + i / 4096 + transfer * 7) % 251);
+  return s;
+}
+
+class TransportShareTest : public TransportTest {
+ protected:
+  // The initiator's transport (the second) is progressed by a thread that never sleeps, from
+  // before the first transfer to the end; the target's from the test's thread.
+  void SetUp() override {
+    TransportTest::SetUp();
+    ASSERT_NO_FATAL_FAILURE(second_transport());
+    initiator_ = std::thread([this] {
+      while (!stop_.load(std::memory_order_relaxed)) {
+        t2_->progress();
+        running_.store(true, std::memory_order_relaxed);
+      }
+    });
+    while (!running_.load(std::memory_order_relaxed)) std::this_thread::yield();
+    tick_second_ = false;  // that thread's alone
+  }
+  void TearDown() override {
+    stop_.store(true, std::memory_order_relaxed);
+    if (initiator_.joinable()) initiator_.join();
+    TransportTest::TearDown();
+  }
+  // Submits `op` on the initiator's connection `c` and progresses the target until the answer
+  // is in.
+  bool run(Connection* c, TxOp* op) {
+    const size_t before = client_.answers().size();
+    return client_.submit(c, op) == 0 &&
+           eventually([&] { t_->progress(); }, [&] { return client_.answers().size() > before; });
+  }
+
+  std::thread initiator_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> running_{false};
+};
+INSTANTIATE_TEST_SUITE_P(, TransportShareTest, ::testing::Values(true), tcp_or_shm);
+
+TEST_P(TransportShareTest, BothProcessesCopyPartsOfALargeWriteAndTheRegionGetsItWhole) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  std::vector<unsigned char> region(kAt + kShareLen + 4096, '.');
+  server_.set_region(kKey, region.data(), region.size());
+  const std::string want[2] = {pattern(kShareLen, 0), pattern(kShareLen, 1)};
+  int shared = 0;
+  int m = 0;
+  for (; m < kAtMost && (m < kAtLeast || shared == 0); ++m) {
+    std::string a = want[m % 2].substr(0, 100000), b = want[m % 2].substr(100000);
+    OneSided w;
+    write_op(&w, static_cast<uint32_t>(m + 1), kAt, "");
+    w.op.iov[0] = {a.data(), a.size()};
+    w.op.iov[1] = {nullptr, 0};
+    w.op.iov[2] = {b.data(), b.size()};
+    w.op.iov_count = 3;
+    w.op.len = kShareLen;
+    ASSERT_TRUE(run(p.client.get(), &w.op)) << m;
+    ASSERT_EQ(client_.answers().back(), std::make_pair(uint32_t(m + 1), RmaStatus::kOk));
+    ASSERT_EQ(std::memcmp(want[m % 2].data(), region.data() + kAt, kShareLen), 0) << m;
+    if (w.op.shared) ++shared;
+  }
+  EXPECT_EQ(region[kAt - 1], '.');
+  EXPECT_EQ(region[kAt + kShareLen], '.');
+  EXPECT_GT(shared, 0) << "the initiator never copied a part of " << m << " writes";
+  EXPECT_TRUE(p.client->open());
+}
+
+TEST_P(TransportShareTest, BothProcessesCopyPartsOfALargeReadIntoTheResultBuffers) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  std::string region = pattern(kAt + kShareLen + 4096, 3);
+  server_.set_region(kKey, reinterpret_cast<unsigned char*>(region.data()), region.size());
+  const std::string want = region.substr(kAt, kShareLen);
+  int shared = 0;
+  int m = 0;
+  for (; m < kAtMost && (m < kAtLeast || shared == 0); ++m) {
+    OneSided r;
+    read_op(&r, static_cast<uint32_t>(m + 1), kKey, kAt, kShareLen);
+    std::string tail(kShareLen - 200000, '\0');
+    r.op.result[0] = {r.data.data(), 200000};
+    r.op.result[1] = {tail.data(), tail.size()};
+    r.op.result_count = 2;
+    ASSERT_TRUE(run(p.client.get(), &r.op)) << m;
+    ASSERT_EQ(client_.answers().back(), std::make_pair(uint32_t(m + 1), RmaStatus::kOk));
+    ASSERT_EQ(r.data.substr(0, 200000) + tail, want) << m;
+    if (r.op.shared) ++shared;
+  }
+  EXPECT_GT(shared, 0) << "the initiator never copied a part of " << m << " reads";
+}
+
+TEST_P(TransportShareTest, BelowShareMinTheTargetCopiesAlone) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  std::vector<unsigned char> region(kShareMin, '.');
+  server_.set_region(kKey, region.data(), region.size());
+  for (int m = 0; m < 4; ++m) {
+    OneSided w;
+    const std::string want = pattern(kShareMin - 1, m);
+    ASSERT_TRUE(run(p.client.get(), write_op(&w, static_cast<uint32_t>(m + 1), 0, want)));
+    EXPECT_TRUE(w.op.direct);
+    EXPECT_FALSE(w.op.shared) << m;
+    ASSERT_EQ(std::string(region.begin(), region.end() - 1), want);
+  }
+}
+
+class TransportNoShareTest : public TransportShareTest {
+ protected:
+  void configure(TransportConfig* c) override { c->share_min = 0; }
+};
+INSTANTIATE_TEST_SUITE_P(, TransportNoShareTest, ::testing::Values(true), tcp_or_shm);
+
+TEST_P(TransportNoShareTest, WithSharingOffTheTargetCopiesLargeTransfersAlone) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  std::vector<unsigned char> region(kShareLen, '.');
+  server_.set_region(kKey, region.data(), region.size());
+  for (int m = 0; m < 4; ++m) {
+    OneSided w;
+    const std::string want = pattern(kShareLen, m);
+    ASSERT_TRUE(run(p.client.get(), write_op(&w, static_cast<uint32_t>(m + 1), 0, want)));
+    EXPECT_TRUE(w.op.direct);
+    EXPECT_FALSE(w.op.shared) << m;
+    ASSERT_EQ(std::string(region.begin(), region.end()), want);
+  }
 }
 
 }  // namespace
