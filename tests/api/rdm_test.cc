@@ -235,24 +235,26 @@ std::set<std::string> own_sockets() {
 // Established TCP connections of this process to `to` (/proc/net/tcp: addresses in hex, the
 // IPv4 address as the kernel's u32 prints, the port in host order; the socket's inode tenth).
 // Only this process's: a test running alongside may reach the same port once its own peer has
-// closed and the kernel has given the port to `to`.
+// closed and the kernel has given the port to `to`. Counted by inode: /proc/net/tcp is not a
+// snapshot, and a socket added elsewhere between two reads of it makes the kernel print the
+// last line again.
 int connections_to(const sockaddr_in& to) {
   char want[32];
   std::snprintf(want, sizeof(want), "%08X:%04X", to.sin_addr.s_addr, ntohs(to.sin_port));
   const std::set<std::string> mine = own_sockets();
   std::ifstream tcp("/proc/net/tcp");
   std::string line;
-  int n = 0;
+  std::set<std::string> seen;
   while (std::getline(tcp, line)) {
     std::istringstream fields(line);
     std::string slot, local, remote, state, queues, timer, retrans, uid, timeout, inode;
     if (fields >> slot >> local >> remote >> state >> queues >> timer >> retrans >> uid >>
             timeout >> inode &&
         remote == want && state == "01" && mine.contains(inode)) {
-      ++n;
+      seen.insert(inode);
     }
   }
-  return n;
+  return static_cast<int>(seen.size());
 }
 
 // An AV may hold one address under several fi_addr_t (Open MPI's MTL inserts a peer once per
