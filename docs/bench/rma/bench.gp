@@ -13,13 +13,13 @@ set key noenhanced
 set title 'Throughput: time per event'
 set ylabel 'ns per event'
 set yrange [1:*]
-plot 'bench-throughput.dat' using 2:xtic(1) title columnheader(2) lt 1, 'bench-throughput.dat' using 3 title columnheader(3) lt 2, 'bench-throughput.dat' using 4 title columnheader(4) lt 3, 'bench-throughput.dat' using 5 title columnheader(5) lt 4
+plot 'bench-throughput.dat' using 2:xtic(1) title columnheader(2) lt 1, 'bench-throughput.dat' using 3 title columnheader(3) lt 2, 'bench-throughput.dat' using 4 title columnheader(4) lt 4, 'bench-throughput.dat' using 5 title columnheader(5) lt 6
 set title 'One-way latency, p50: MSG and RMA write ping-pong'
 set ylabel 'microseconds'
 set yrange [0.1:*]
-plot 'bench-msg-latency.dat' using 2:xtic(1) title columnheader(2) lt 1, 'bench-msg-latency.dat' using 3 title columnheader(3) lt 2, 'bench-msg-latency.dat' using 4 title columnheader(4) lt 3, 'bench-msg-latency.dat' using 5 title columnheader(5) lt 4
+plot 'bench-msg-latency.dat' using 2:xtic(1) title columnheader(2) lt 1, 'bench-msg-latency.dat' using 3 title columnheader(3) lt 2, 'bench-msg-latency.dat' using 4 title columnheader(4) lt 4, 'bench-msg-latency.dat' using 5 title columnheader(5) lt 6
 set title 'RMA bandwidth (higher is better)'
 set ylabel 'GB/s'
 set yrange [0.001:*]
-plot 'bench-rma-bandwidth.dat' using 2:xtic(1) title columnheader(2) lt 1, 'bench-rma-bandwidth.dat' using 3 title columnheader(3) lt 2, 'bench-rma-bandwidth.dat' using 4 title columnheader(4) lt 3, 'bench-rma-bandwidth.dat' using 5 title columnheader(5) lt 4
+plot 'bench-rma-bandwidth.dat' using 2:xtic(1) title columnheader(2) lt 1, 'bench-rma-bandwidth.dat' using 3 title columnheader(3) lt 2, 'bench-rma-bandwidth.dat' using 4 title columnheader(4) lt 4, 'bench-rma-bandwidth.dat' using 5 title columnheader(5) lt 6
 unset multiplot
