@@ -481,11 +481,31 @@ TEST(BenchTool, ListWithScenariosNamesTheRmaScenariosAPrefixSelects) {
   EXPECT_EQ(listed(lat.out), want) << lat.out;
 }
 
-// The queue scenarios (EQ, CQ, counter); the MSG and RMA ones have tests of their own below.
+TEST(BenchTool, ListWithScenariosNamesTheRdmScenariosAPrefixSelects) {
+  std::vector<std::string> rdm;
+  for (const char* kind : {"rdm-pingpong/", "rdm-bw/"}) {
+    for (const char* size :
+         {"8", "64", "256", "1Ki", "4Ki", "16Ki", "64Ki", "256Ki", "1Mi", "4Mi"}) {
+      rdm.push_back(std::string(kind) + size);
+    }
+  }
+  for (const char* selector : {"rdm", "rdm-"}) {
+    const ToolRun r = run_tool(std::string("bench --list --scenarios ") + selector);
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(listed(r.out), rdm) << selector << "\n" << r.out;
+  }
+  const ToolRun bw = run_tool("bench --list --scenarios rdm-bw/1Mi,rdm-pingpong/8");
+  ASSERT_EQ(bw.status, 0) << bw.out;
+  EXPECT_EQ(listed(bw.out), (std::vector<std::string>{"rdm-pingpong/8", "rdm-bw/1Mi"})) << bw.out;
+}
+
+// The queue scenarios (EQ, CQ, counter); the MSG, RDM and RMA ones have tests of their own
+// below.
 size_t queue_scenario_count() {
   size_t n = 0;
   for (const Scenario& s : all_scenarios()) {
-    n += s.name.rfind("msg-", 0) != 0 && s.name.rfind("rma-", 0) != 0;
+    n += s.name.rfind("msg-", 0) != 0 && s.name.rfind("rma-", 0) != 0 &&
+         s.name.rfind("rdm-", 0) != 0;
   }
   return n;
 }
@@ -577,16 +597,17 @@ TEST(BenchTool, MsgScenariosOnFabqEndWithAFigureOrAReason) {
   EXPECT_GT(r.out.find('\n', at) - at, said.size() + 5) << "a reason follows\n" << r.out;
 }
 
-// The RMA scenarios, quick, on fabq and libfabric's RDM providers: every kind (a small and a
-// large size each) runs, validates and reports a figure on fabq, tcp (ofi_rxm over tcp) and
-// shm; providers without FI_EP_RDM endpoints of their own (tcp-core) are reported unsupported
-// with the reason, never FAILED; the report and its plot are written.
-TEST(BenchTool, QuickRmaRunWritesReadsAndAddsOnFabqTcpAndShm) {
+// The RDM and RMA scenarios, quick, on fabq and libfabric's RDM providers: every kind (a small
+// and a large size each) runs, validates and reports a figure on fabq, tcp (ofi_rxm over tcp) and
+// shm; providers without FI_EP_RDM endpoints of their own (tcp-core) are reported unsupported with
+// the reason, never FAILED; the report and its plot are written.
+TEST(BenchTool, QuickRdmAndRmaRunSendsWritesReadsAndAddsOnFabqTcpAndShm) {
   char dir[] = "/tmp/fabq-bench-test-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
-  const char* const scenarios[] = {"rma-write-lat/8",   "rma-write-lat/64Ki",  "rma-write-bw/64",
-                                   "rma-write-bw/64Ki", "rma-read-bw/64",      "rma-read-bw/64Ki",
-                                   "rma-atomic/sum",    "rma-fetch-atomic/sum"};
+  const char* const scenarios[] = {"rdm-pingpong/8",   "rdm-pingpong/1Mi",  "rdm-bw/64",
+                                   "rdm-bw/1Mi",       "rma-write-lat/8",   "rma-write-lat/64Ki",
+                                   "rma-write-bw/64",  "rma-write-bw/64Ki", "rma-read-bw/64",
+                                   "rma-read-bw/64Ki", "rma-atomic/sum",    "rma-fetch-atomic/sum"};
   std::string list;
   for (const char* s : scenarios) list += std::string(list.empty() ? "" : ",") + s;
   const ToolRun r = run_tool(

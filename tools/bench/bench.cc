@@ -52,22 +52,24 @@ void usage(FILE* out) {
                "                     '/' or '-' (default: all): 'eq-wake' selects\n"
                "                     eq-wake/<wait object> and eq-wake-idle/..., 'eq' every EQ\n"
                "                     scenario, 'msg' (or 'msg-') every MSG scenario,\n"
-               "                     'msg-pingpong' the ping-pong at every size and 'rma'\n"
-               "                     every RMA and atomic scenario\n"
+               "                     'msg-pingpong' the ping-pong at every size, 'rdm'\n"
+               "                     every RDM message scenario and 'rma' every RMA and\n"
+               "                     atomic scenario\n"
                "  --reps N           repetitions per scenario and provider (default 7)\n"
                "  --gap-us N         writer's pause before each wake-up (default 5)\n"
                "  --quick            smaller samples and 2 repetitions (a smoke run)\n"
-               "  --rma-threads      run the two sides of each RMA scenario as two threads of\n"
-               "                     one process instead of two processes\n"
+               "  --rma-threads      run the two sides of each RDM and RMA scenario as two\n"
+               "                     threads of one process instead of two processes\n"
                "  --out DIR          also write bench.txt, .csv, .json and bench.svg to DIR\n"
                "  --list             list the chosen scenarios and the providers, then exit\n"
                "\n"
                "The MSG scenarios (msg-*) connect two FI_EP_MSG endpoints over TCP on\n"
                "127.0.0.1, one per thread; they run on fabq, tcp-core and sockets.\n"
-               "The RMA scenarios (rma-*) pair two FI_EP_RDM endpoints, one per process (one\n"
-               "per thread of one process with --rma-threads), one writing, reading or adding\n"
-               "to the other's memory region; they run on fabq, tcp (ofi_rxm over tcp),\n"
-               "sockets and shm.\n");
+               "The RDM scenarios (rdm-*) and the RMA scenarios (rma-*) pair two FI_EP_RDM\n"
+               "endpoints, one per process (one per thread of one process with\n"
+               "--rma-threads); in the RDM ones they exchange messages, in the RMA ones one\n"
+               "writes, reads or adds to the other's memory region. They run on fabq, tcp\n"
+               "(ofi_rxm over tcp), sockets and shm.\n");
 }
 
 std::vector<std::string> split(const std::string& s) {

@@ -232,9 +232,9 @@ bool write_plot(const std::string& dir, const std::vector<Summary>& rows) {
       {"bench-wake-p99.dat", Measure::kWakeNs, true, "Wake latency, p99", "microseconds",
        "[0.1:*]"},
       {"bench-msg-latency.dat", Measure::kLatencyNs, false,
-       "One-way latency, p50: MSG and RMA write ping-pong", "microseconds", "[0.1:*]"},
-      {"bench-rma-bandwidth.dat", Measure::kBandwidth, false, "RMA bandwidth (higher is better)",
-       "GB/s", "[0.001:*]"},
+       "One-way latency, p50: MSG, RDM and RMA write ping-pongs", "microseconds", "[0.1:*]"},
+      {"bench-rma-bandwidth.dat", Measure::kBandwidth, false,
+       "Bandwidth: RDM messages and RMA (higher is better)", "GB/s", "[0.001:*]"},
   };
   // gnuplot stops at a histogram column without a valid point: a panel shows the providers
   // with a figure in it (fabq has none in the MSG panels until its transport lands), and
@@ -303,25 +303,25 @@ bool write_plot(const std::string& dir, const std::vector<Summary>& rows) {
   return true;
 }
 
-// One MSG target over the sizes of `prefix` (e.g. "msg-pingpong/") that this run has: met when
-// fabq's and tcp-core's figures meet `meets` at every one of them; n/a when no size has both.
+// One target over the sizes of `prefix` (e.g. "msg-pingpong/") that this run has: met when
+// fabq's and `rival`'s figures meet `meets` at every one of them; n/a when no size has both.
 template <typename Line>
-void msg_target(const std::vector<Summary>& rows, const std::string& prefix,
-                std::initializer_list<size_t> sizes, const std::string& title,
-                const char* figures_are, bool (*meets)(double fabq, double tcp), Line line) {
+void size_target(const std::vector<Summary>& rows, const std::string& prefix, const char* rival,
+                 std::initializer_list<size_t> sizes, const std::string& title,
+                 const char* figures_are, bool (*meets)(double fabq, double rival), Line line) {
   int run = 0, compared = 0, good = 0;
   std::string figures, missing;
   for (const size_t size : sizes) {
     const std::string scenario = prefix + msg_size_name(size);
     const Summary* f = find(rows, scenario, "fabq");
-    const Summary* t = find(rows, scenario, "tcp-core");
+    const Summary* t = find(rows, scenario, rival);
     if (f == nullptr && t == nullptr) continue;  // not chosen in this run
     ++run;
     if (!ok(f) || !ok(t)) {
       const Summary* bad = !ok(f) ? f : t;
       if (missing.empty()) {
-        missing = "; no figure from " + std::string(!ok(f) ? "fabq" : "tcp-core") + " for " +
-                  scenario + (bad != nullptr && !bad->why.empty() ? " (" + bad->why + ")" : "");
+        missing = "; no figure from " + std::string(!ok(f) ? "fabq" : rival) + " for " + scenario +
+                  (bad != nullptr && !bad->why.empty() ? " (" + bad->why + ")" : "");
       }
       continue;
     }
@@ -442,13 +442,22 @@ std::string format_targets(const std::vector<Summary>& rows) {
     line(true, f->median <= 10'000, fmt("%s p50 <= 10 us: fabq %.2f us", s, f->median / 1e3));
   }
   // MSG: fabq against tcp-core, libfabric's own TCP MSG provider.
-  msg_target(
-      rows, "msg-pingpong/", {8, 64, 256, 1 << 10, 4 << 10},
+  size_target(
+      rows, "msg-pingpong/", "tcp-core", {8, 64, 256, 1 << 10, 4 << 10},
       "MSG ping-pong latency at most half of tcp-core's for 8 B-4 KiB",
       "one-way p50 ns, fabq/tcp-core", [](double f, double t) { return f <= t / 2; }, line);
-  msg_target(
-      rows, "msg-rate/", {8, 64, 4 << 10, 64 << 10, 1 << 20}, "MSG message rate above tcp-core's",
-      "ns per message, fabq/tcp-core", [](double f, double t) { return f < t; }, line);
+  size_target(
+      rows, "msg-rate/", "tcp-core", {8, 64, 4 << 10, 64 << 10, 1 << 20},
+      "MSG message rate above tcp-core's", "ns per message, fabq/tcp-core",
+      [](double f, double t) { return f < t; }, line);
+  // RDM between two processes of one host: fabq against libfabric's shm provider.
+  size_target(
+      rows, "rdm-pingpong/", "shm", {8, 64, 4 << 10, 64 << 10},
+      "RDM ping-pong latency at or below shm's for 8 B, 64 B, 4 KiB, 64 KiB",
+      "one-way p50 ns, fabq/shm", [](double f, double t) { return f <= t; }, line);
+  size_target(
+      rows, "rdm-bw/", "shm", {1 << 20}, "RDM 1 MiB bandwidth at or above shm's",
+      "ns per message, fabq/shm", [](double f, double t) { return f <= t; }, line);
   // No heap allocation per event in the steady state.
   {
     int counted = 0, clean = 0;

@@ -1,6 +1,12 @@
-// The RMA and atomic scenarios, on two FI_EP_RDM endpoints (rma_side.h), as fabtests measure
-// them:
+// The scenarios on two FI_EP_RDM endpoints (rma_side.h), as fabtests measure them:
 //
+// - rdm-pingpong/<size>: fi_rdm_pingpong. Each side keeps a receive posted for the other's
+//   next message; the client sends message k (fi_inject up to the provider's inject size,
+//   fi_send beyond) and waits for its receive to complete with the server's k, which the
+//   server sends as soon as the client's k arrived. One-way latency = round trip / 2.
+// - rdm-bw/<size>: fi_msg_bw -e rdm. The client keeps a window of sends in flight; the server
+//   keeps as many receives posted, checks each message and reposts its buffer, and acks the
+//   end of each round with 8 bytes. Warm-up rounds, then the timed one, which ends at the ack.
 // - rma-write-lat/<size>: fi_rma_pingpong -o write. Each side writes message k into slot k % 2
 //   of the other's region (fi_inject_write up to the provider's inject size, fi_write beyond)
 //   and the other polls the last 8 bytes of that slot, reading its CQ meanwhile (which is
@@ -14,11 +20,11 @@
 // - rma-atomic/sum, rma-fetch-atomic/sum: fi_rdm_atomic's FI_SUM on FI_UINT64, a window of 64
 //   fi_atomic or fi_fetch_atomic in flight on one counter.
 //
-// What is read is checked whole: every byte of every read's buffer (MsgFormat), every byte the
-// ping-pong delivers, the writes' region at the end of each round (each slot holding the last
-// write into it, whole), the counter after each round (the sum of every add, and the bytes
-// around it untouched) and every fetched value (each one once, within the round's range); and
-// every completion's context and flags (rma_side.h).
+// What is read is checked whole: every byte of every message and every read's buffer
+// (MsgFormat), every byte the ping-pong delivers, the writes' region at the end of each round (each
+// slot holding the last write into it, whole), the counter after each round (the sum of every add,
+// and the bytes around it untouched) and every fetched value (each one once, within the round's
+// range); and every completion's context and flags (rma_side.h).
 //
 // The two sides are two processes, each running the scenario's code (run_pair, rma_side.h):
 // what the client measures stays in its process, and heap allocations per operation are the
@@ -66,6 +72,232 @@ struct Shared {
 };
 
 constexpr int kRounds = 2;  // a warm-up round, then the timed one
+
+// A receive's tag for on_done: its message number with this bit set; a send's is the number.
+constexpr uint64_t kRecvTag = uint64_t{1} << 63;
+
+// Checks the message in `buf` as `want` going `dir` (0: any number, returned in *seq).
+bool check_message(Side& s, const MsgFormat& f, const uint8_t* buf, MsgDir dir, uint64_t want,
+                   uint64_t* seq) {
+  std::string why;
+  if (!f.check(buf, f.size(), dir, seq, &why)) return s.fail("a received message: " + why);
+  if (want != 0 && *seq != want) {
+    return s.fail(fmt("message %llu arrived where %llu was due",
+                      static_cast<unsigned long long>(*seq),
+                      static_cast<unsigned long long>(want)));
+  }
+  return true;
+}
+
+// --- rdm-pingpong
+
+constexpr size_t kPingpongSlots = 4;  // a receive, and sends
+constexpr size_t kPingpongBuffers = 2 + kPingpongSlots + 1;
+
+// Message k arrives in buffer k % 2 of its receiver, so that the receive for k + 1 is posted
+// (before this side sends, as fi_rdm_pingpong does) while k is still to be checked. A send
+// goes from its slot's buffer (2 + slot), an inject from the last one (kPingpongBuffers - 1),
+// so a send never waits for the last one's completion. The checks,
+// which fi_rdm_pingpong skips by default, come after this side's next send: out of the figure.
+bool pingpong_side(Side& s, int side, const MsgFormat& f, uint64_t warm, uint64_t timed,
+                   Shared* sh) {
+  const size_t n = f.size();
+  const uint64_t total = warm + timed;
+  const MsgDir out = side == 1 ? MsgDir::kToServer : MsgDir::kToClient;
+  const MsgDir in = side == 1 ? MsgDir::kToClient : MsgDir::kToServer;
+  const bool inject = n <= s.inject_limit();
+  for (size_t b = 0; b < kPingpongBuffers; ++b) f.fill(s.local() + b * n);
+  uint64_t received = 0;  // the last message whose receive completed
+  s.on_done([&](size_t, uint64_t tag) {
+    if ((tag & kRecvTag) != 0) received = tag & ~kRecvTag;
+    return true;
+  });
+  auto post_recv = [&](uint64_t k) {
+    size_t slot = 0;
+    return k > total || (s.acquire(&slot) && s.recv(slot, k | kRecvTag, (k % 2) * n, n));
+  };
+  auto send = [&](uint64_t k) {
+    if (inject) {
+      const size_t off = (kPingpongBuffers - 1) * n;
+      f.stamp(s.local() + off, k, out);
+      return s.inject(off, n);
+    }
+    size_t slot = 0;
+    if (!s.acquire(&slot)) return false;
+    f.stamp(s.local() + (2 + slot) * n, k, out);
+    return s.send(slot, k, (2 + slot) * n, n);
+  };
+  auto arrived = [&](uint64_t k) {
+    return received >= k ||
+           s.wait_until("the peer's message did not arrive", [&] { return received >= k; });
+  };
+  uint64_t seq = 0;
+  bool ok = post_recv(1) && s.barrier(true);  // both receives posted before the first send
+  for (uint64_t k = 1; ok && k <= total; ++k) {
+    if (side == 0) {
+      ok = arrived(k) && post_recv(k + 1) && send(k) &&
+           check_message(s, f, s.local() + (k % 2) * n, in, k, &seq);
+      continue;
+    }
+    if (k == warm + 1) sh->allocs0 = heap_allocations_now();
+    const int64_t t0 = now_ns();
+    ok = send(k) && arrived(k);
+    const int64_t t1 = now_ns();
+    if (k > warm) sh->half_rtt[k - warm - 1] = static_cast<double>(t1 - t0) / 2;
+    ok = ok && post_recv(k + 1) && check_message(s, f, s.local() + (k % 2) * n, in, k, &seq);
+  }
+  if (side == 1) sh->allocs1 = heap_allocations_now();
+  s.on_done(nullptr);  // it refers to this frame
+  return ok;
+}
+
+Sample rdm_pingpong(const Scenario& sc, const Provider& p, const Options& o) {
+  const size_t n = sc.msg_size;
+  const uint64_t timed = count_for(o.rma_round_trips, 50, n, o);
+  const uint64_t warm = std::max<uint64_t>(timed / 10, 10);
+  const MsgFormat f(n);
+  Shared sh;
+  sh.half_rtt.resize(timed);
+  const Needs needs{.messages = true,
+                    .local_bytes = kPingpongBuffers * n,
+                    .window = kPingpongSlots,
+                    .op_bytes = n};
+  const Part server{needs, [&](Side& s) { return pingpong_side(s, 0, f, warm, timed, &sh); }};
+  const Part client{needs, [&](Side& c) { return pingpong_side(c, 1, f, warm, timed, &sh); }};
+  Sample s = run_pair(p, o, server, client);
+  if (s.state != Sample::State::kOk) return s;
+  s.p99 = quantile(&sh.half_rtt, 0.99);
+  s.value = quantile(&sh.half_rtt, 0.50);
+  s.allocs = allocs_per(sh.allocs0, sh.allocs1, 2 * timed);
+  return s;
+}
+
+// --- rdm-bw
+
+// Rounds: warm-up ones as long as the timed one, which let the receiver's buffers for messages
+// that outran their receives reach their peak before it (as msg-rate).
+constexpr uint64_t kBwRounds = 4;
+
+// The client sends from its slot's buffer; the ack of round r is message r, 8 bytes, into the
+// buffer at `ack_off`, past every slot's (its receive's slot is whichever was free).
+bool bw_client(Side& c, const MsgFormat& f, const MsgFormat& ack, size_t ack_off, uint64_t ops,
+               Shared* sh) {
+  const size_t n = f.size();
+  for (size_t i = 0; i < c.window(); ++i) f.fill(c.local() + i * n);
+  uint64_t acked = 0, seq = 0, got = 0;
+  c.on_done([&](size_t, uint64_t tag) {
+    if ((tag & kRecvTag) != 0) acked = tag & ~kRecvTag;
+    return true;
+  });
+  size_t slot = 0;
+  bool ok = c.acquire(&slot) && c.recv(slot, 1 | kRecvTag, ack_off, ack.size()) && c.barrier(true);
+  for (uint64_t round = 1; ok && round <= kBwRounds; ++round) {
+    const bool timed = round == kBwRounds;
+    if (timed) {
+      sh->allocs0 = heap_allocations_now();
+      sh->start = now_ns();
+    }
+    for (uint64_t i = 0; ok && i < ops; ++i) {
+      ok = c.acquire(&slot);
+      if (!ok) break;
+      f.stamp(c.local() + slot * n, ++seq, MsgDir::kToServer);
+      ok = c.send(slot, seq, slot * n, n);
+    }
+    ok = ok && c.wait_until("the round's ack did not arrive", [&] { return acked >= round; }) &&
+         check_message(c, ack, c.local() + ack_off, MsgDir::kToClient, round, &got) && c.drain();
+    if (timed && ok) {
+      sh->end = now_ns();
+      sh->allocs1 = heap_allocations_now();
+    }
+    if (ok && round < kBwRounds) {
+      ok = c.acquire(&slot) && c.recv(slot, (round + 1) | kRecvTag, ack_off, ack.size());
+    }
+  }
+  c.on_done(nullptr);  // it refers to this frame
+  return ok;
+}
+
+// The server receives into buffer `slot` of its window; messages numbered [first, first + n)
+// make a round, in any order, each once.
+bool bw_server(Side& s, const MsgFormat& f, const MsgFormat& ack, uint64_t ops) {
+  const size_t n = f.size();
+  const size_t w = s.window() - 1;  // receives posted at most: one slot for the ack's send
+  const uint64_t total = kBwRounds * ops;
+  if (w == 0) return s.fail("a window of one operation leaves no slot for a receive");
+  std::vector<size_t> arrived;  // receive slots completed and not yet checked
+  arrived.reserve(s.window());
+  std::vector<bool> seen(kBwRounds * ops + 1, false);
+  s.on_done([&](size_t slot, uint64_t tag) {
+    if ((tag & kRecvTag) != 0) arrived.push_back(slot);
+    return true;
+  });
+  uint64_t posted = 0, received = 0;
+  // Receives for the messages still to come, up to w: none is left posted after the last.
+  auto repost = [&] {
+    bool ok = true;
+    while (ok && posted < w && posted < total - received) {
+      size_t slot = 0;
+      ok = s.acquire(&slot) && s.recv(slot, kRecvTag, slot * n, n);
+      posted += ok;
+    }
+    return ok;
+  };
+  bool ok = repost() && s.barrier(true);
+  uint64_t first = 1;
+  for (uint64_t round = 1; ok && round <= kBwRounds; ++round) {
+    for (uint64_t got = 0; ok && got < ops;) {
+      ok = !arrived.empty() ||
+           s.wait_until("the client's messages did not arrive", [&] { return !arrived.empty(); });
+      // Check every buffer that arrived before reposting any: a repost may take any free slot.
+      for (size_t i = 0; ok && i < arrived.size(); ++i) {
+        uint64_t seq = 0;
+        ok = check_message(s, f, s.local() + arrived[i] * n, MsgDir::kToServer, 0, &seq);
+        if (ok && (seq < first || seq >= first + ops || seen[seq])) {
+          ok = s.fail(fmt("message %llu arrived out of place (this round is %llu-%llu)%s",
+                          static_cast<unsigned long long>(seq),
+                          static_cast<unsigned long long>(first),
+                          static_cast<unsigned long long>(first + ops - 1),
+                          seq < seen.size() && seen[seq] ? ", a second time" : ""));
+        }
+        if (ok) seen[seq] = true;
+      }
+      got += arrived.size();
+      received += arrived.size();
+      posted -= arrived.size();
+      arrived.clear();
+      ok = ok && repost();
+    }
+    first += ops;
+    size_t slot = 0;
+    ok = ok && s.acquire(&slot);
+    if (ok) {
+      ack.stamp(s.local() + slot * n, round, MsgDir::kToClient);
+      ok = s.send(slot, round, slot * n, ack.size());
+    }
+  }
+  s.on_done(nullptr);  // it refers to this frame
+  return ok;
+}
+
+Sample rdm_bw(const Scenario& sc, const Provider& p, const Options& o) {
+  const size_t n = sc.msg_size;
+  const size_t window = window_for(n, o);
+  const uint64_t ops = count_for(o.rma_ops, 4 * window, n, o);
+  const MsgFormat f(n), ack(MsgFormat::kMinSize);
+  Shared sh;
+  // Each side: the window and a slot for the ack's send or receive; the client's ack buffer
+  // past every slot's.
+  const size_t slots = window + 1;
+  const Needs needs{
+      .messages = true, .local_bytes = (slots + 1) * n, .window = slots, .op_bytes = n};
+  const Part server{needs, [&](Side& s) { return bw_server(s, f, ack, ops); }};
+  const Part client{needs, [&](Side& c) { return bw_client(c, f, ack, slots * n, ops, &sh); }};
+  Sample s = run_pair(p, o, server, client);
+  if (s.state != Sample::State::kOk) return s;
+  s.value = static_cast<double>(sh.end - sh.start) / static_cast<double>(ops);
+  s.allocs = allocs_per(sh.allocs0, sh.allocs1, ops);
+  return s;
+}
 
 // --- rma-write-lat
 
@@ -420,7 +652,7 @@ Sample fetch_atomic(const Scenario& sc, const Provider& p, const Options& o) {
 }  // namespace
 
 bool is_rma(const Scenario& s) {
-  for (auto* run : {write_lat, write_bw, read_bw, atomic, fetch_atomic}) {
+  for (auto* run : {rdm_pingpong, rdm_bw, write_lat, write_bw, read_bw, atomic, fetch_atomic}) {
     if (s.run == run) return true;
   }
   return false;
@@ -434,6 +666,22 @@ const std::vector<Scenario>& rma_scenarios() {
     const Options o;
     const size_t sizes[] = {8, 64, 4u << 10, 64u << 10, 1u << 20, 4u << 20};
     std::vector<Scenario> v;
+    const size_t msg_sizes[] = {8,         64,        256,        1u << 10, 4u << 10,
+                                16u << 10, 64u << 10, 256u << 10, 1u << 20, 4u << 20};
+    for (const size_t n : msg_sizes) {
+      v.push_back({"rdm-pingpong/" + msg_size_name(n),
+                   "fi_send/fi_recv ping-pong on FI_EP_RDM, " + msg_size_label(n) +
+                       " (fi_rdm_pingpong): one-way latency (round trip / 2), both sides "
+                       "busy-polling",
+                   M::kLatencyNs, rma::rdm_pingpong, FI_WAIT_NONE, n});
+    }
+    for (const size_t n : msg_sizes) {
+      v.push_back({"rdm-bw/" + msg_size_name(n),
+                   "fi_send on FI_EP_RDM, " + msg_size_label(n) + ", " +
+                       std::to_string(rma::window_for(n, o)) +
+                       " in flight, receives posted (fi_msg_bw -e rdm): ns per message",
+                   M::kBandwidth, rma::rdm_bw, FI_WAIT_NONE, n});
+    }
     for (const size_t n : sizes) {
       v.push_back({"rma-write-lat/" + msg_size_name(n),
                    "fi_write ping-pong on FI_EP_RDM, " + msg_size_label(n) +

@@ -1,9 +1,11 @@
-// `fabq bench`'s RMA and atomic scenarios (rma.cc): two FI_EP_RDM endpoints of the provider
-// under test, each with its own fabric and domain, in a process of its own (two threads of one
-// process with Options::rma_threads), one reaching the other's memory region with fi_write,
-// fi_inject_write, fi_read, fi_atomic and fi_fetch_atomic, as fabtests' fi_rma_pingpong,
-// fi_rma_bw and fi_rdm_atomic do. The sides, their regions and how each mr_mode bit is met:
-// rma_side.h. rma_scenarios() lists them; all_scenarios() puts them after the MSG scenarios.
+// `fabq bench`'s RDM message, RMA and atomic scenarios (rma.cc): two FI_EP_RDM endpoints of the
+// provider under test, each with its own fabric and domain, in a process of its own (two
+// threads of one process with Options::rma_threads), exchanging messages with fi_send,
+// fi_inject and fi_recv as fabtests' fi_rdm_pingpong and fi_msg_bw -e rdm do, or one reaching
+// the other's memory region with fi_write, fi_inject_write, fi_read, fi_atomic and
+// fi_fetch_atomic, as fi_rma_pingpong, fi_rma_bw and fi_rdm_atomic do. The sides, their regions and
+// how each mr_mode bit is met: rma_side.h. rma_scenarios() lists them; all_scenarios() puts them
+// after the MSG scenarios.
 #pragma once
 
 #include <memory>
@@ -13,8 +15,9 @@
 
 namespace fabq::tools::bench {
 
-// The RMA scenarios in report order: rma-write-lat/<size>, rma-write-bw/<size>,
-// rma-read-bw/<size>, rma-atomic/sum, rma-fetch-atomic/sum.
+// The two-process scenarios in report order: rdm-pingpong/<size>, rdm-bw/<size>,
+// rma-write-lat/<size>, rma-write-bw/<size>, rma-read-bw/<size>, rma-atomic/sum,
+// rma-fetch-atomic/sum.
 const std::vector<Scenario>& rma_scenarios();
 
 namespace rma {

@@ -45,6 +45,10 @@ uint64_t flags_of(Op kind) {
       return FI_ATOMIC | FI_WRITE;
     case Op::kFetchAtomic:
       return FI_ATOMIC | FI_READ;
+    case Op::kSend:
+      return FI_MSG | FI_SEND;
+    case Op::kRecv:
+      return FI_MSG | FI_RECV;
   }
   return 0;
 }
@@ -59,6 +63,10 @@ const char* name_of(Op kind) {
       return "fi_atomic";
     case Op::kFetchAtomic:
       return "fi_fetch_atomic";
+    case Op::kSend:
+      return "fi_send";
+    case Op::kRecv:
+      return "fi_recv";
   }
   return "?";
 }
@@ -154,8 +162,9 @@ std::string Side::state() const {
 // FI_CONTEXT/FI_CONTEXT2 modes and manual data progress (as the MSG scenarios, for the same
 // reason). A provider whose addresses are IPv4 ones is asked again for 127.0.0.1.
 bool Side::getinfo(const Needs& needs) {
-  const uint64_t caps =
-      (needs.atomics ? FI_ATOMIC : FI_RMA) | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  const uint64_t caps = needs.messages ? FI_MSG | FI_SEND | FI_RECV
+                                       : (needs.atomics ? FI_ATOMIC : FI_RMA) | FI_READ | FI_WRITE |
+                                             FI_REMOTE_READ | FI_REMOTE_WRITE;
   auto ask = [&](const char* node, const char* service, uint64_t flags, uint32_t addr_format,
                  fi_info** out) -> int {
     *out = nullptr;
@@ -181,7 +190,7 @@ bool Side::getinfo(const Needs& needs) {
     fi_freeinfo(list);
     return *out == nullptr ? -FI_ENODATA : 0;
   };
-  const char* what = needs.atomics ? "FI_ATOMIC" : "FI_RMA";
+  const char* what = needs.messages ? "FI_MSG" : needs.atomics ? "FI_ATOMIC" : "FI_RMA";
   fi_info* info = nullptr;
   int rc = ask(nullptr, nullptr, 0, FI_FORMAT_UNSPEC, &info);
   if (rc == 0 && info->addr_format == FI_SOCKADDR_IN) {
@@ -190,10 +199,11 @@ bool Side::getinfo(const Needs& needs) {
   }
   info_.reset(info);
   if (rc == -FI_ENODATA) {
-    return fail(fmt("fi_getinfo: no FI_EP_RDM endpoint of %s itself with %s",
-                    spec_.prov_name.c_str(), what) +
-                    (spec_.ep_type == FI_EP_RDM ? "" : " (RMA scenarios use FI_EP_RDM endpoints)"),
-                true);
+    return fail(
+        fmt("fi_getinfo: no FI_EP_RDM endpoint of %s itself with %s", spec_.prov_name.c_str(),
+            what) +
+            (spec_.ep_type == FI_EP_RDM ? "" : " (these scenarios use FI_EP_RDM endpoints)"),
+        true);
   }
   if (rc != 0) return setup_fail("fi_getinfo", rc);
   const fi_domain_attr* d = info_->domain_attr;
@@ -358,8 +368,8 @@ bool Side::acquire(size_t* slot) {
 }
 
 template <typename F>
-bool Side::post(const char* call, size_t slot, Op kind, uint64_t tag, F op) {
-  if (slot != msg::kNone) slots_[slot] = Slot{true, kind, tag};
+bool Side::post(const char* call, size_t slot, Op kind, uint64_t tag, F op, size_t len) {
+  if (slot != msg::kNone) slots_[slot] = Slot{true, kind, tag, len};
   Spin spin(this);
   for (;;) {
     const ssize_t rc = op();
@@ -409,6 +419,26 @@ bool Side::inject_write(size_t local_off, size_t len, size_t remote_off) {
     return fi_inject_write(ep_.get(), local_.get() + local_off, len, peer_, remote(remote_off),
                            peer_card_.key);
   });
+}
+
+bool Side::send(size_t slot, uint64_t tag, size_t local_off, size_t len) {
+  return post("fi_send", slot, Op::kSend, tag, [&] {
+    return fi_send(ep_.get(), local_.get() + local_off, len, local_desc_, peer_, &ctx_[slot]);
+  });
+}
+
+bool Side::recv(size_t slot, uint64_t tag, size_t local_off, size_t len) {
+  return post(
+      "fi_recv", slot, Op::kRecv, tag,
+      [&] {
+        return fi_recv(ep_.get(), local_.get() + local_off, len, local_desc_, peer_, &ctx_[slot]);
+      },
+      len);
+}
+
+bool Side::inject(size_t local_off, size_t len) {
+  return post("fi_inject", msg::kNone, Op::kSend, 0,
+              [&] { return fi_inject(ep_.get(), local_.get() + local_off, len, peer_); });
 }
 
 bool Side::drain() {
@@ -481,6 +511,10 @@ bool Side::sort(const fi_cq_data_entry& e) {
   if (got != want && !fetch_as_write) {
     return fail(std::string("a completion of ") + name_of(s.kind) + " with flags " +
                 flag_names(e.flags & kKindFlags) + " where " + flag_names(want) + " are due");
+  }
+  if (s.kind == Op::kRecv && e.len != s.len) {
+    return fail(fmt("fi_recv into slot %zu completed with %zu bytes where %zu were sent", slot,
+                    e.len, s.len));
   }
   s.posted = false;
   ++done_;

@@ -1,6 +1,6 @@
-// `fabq bench`'s RMA and atomic scenarios (rma.cc): one side of a pair of FI_EP_RDM endpoints of
-// the provider under test, with its memory regions, its operations and the checks of their
-// completions.
+// `fabq bench`'s two-process scenarios (rma.cc): one side of a pair of FI_EP_RDM endpoints of
+// the provider under test, with its memory regions, its operations (RMA, atomics, or messages)
+// and the checks of their completions.
 //
 // Each side opens its own fabric, domain, AV, CQ and endpoint (it is a process of its own
 // unless Options::rma_threads), registers a target region the other side reaches
@@ -73,11 +73,12 @@ static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_alw
               std::atomic<uint64_t>::is_always_lock_free);
 
 // The kinds of operations; each completes with its own flags.
-enum class Op : uint8_t { kWrite, kRead, kAtomic, kFetchAtomic };
+enum class Op : uint8_t { kWrite, kRead, kAtomic, kFetchAtomic, kSend, kRecv };
 
 // What a side asks for.
 struct Needs {
   bool atomics = false;     // FI_ATOMIC (FI_UINT64 FI_SUM, fetching or not) instead of FI_RMA
+  bool messages = false;    // FI_MSG (fi_send, fi_recv) instead of FI_RMA
   size_t target_bytes = 0;  // its region the peer reaches; 0: none
   size_t local_bytes = 0;   // the sources and sinks of its own operations; 0: none
   size_t window = 1;        // operations in flight at most (fewer when the tx queue is smaller)
@@ -111,7 +112,7 @@ class Side {
   uint8_t* target() { return target_.get(); }
   uint8_t* local() { return local_.get(); }
   size_t window() const { return ctx_.size(); }
-  // Largest fi_inject_write: tx_attr->inject_size.
+  // Largest fi_inject_write or fi_inject: tx_attr->inject_size.
   size_t inject_limit() const { return inject_limit_; }
   void on_done(DoneFn f) { on_done_ = std::move(f); }
   // Link::kWords words the other side sees too: what one side writes before a barrier() the
@@ -131,6 +132,12 @@ class Side {
                  size_t remote_off);
   // fi_inject_write: no slot, no completion.
   bool inject_write(size_t local_off, size_t len, size_t remote_off);
+  // Messages to and from the peer, from and into this side's local buffers. A receive must
+  // complete with exactly `len` bytes: every scenario sends whole buffers.
+  bool send(size_t slot, uint64_t tag, size_t local_off, size_t len);
+  bool recv(size_t slot, uint64_t tag, size_t local_off, size_t len);
+  // fi_inject: no slot, no completion.
+  bool inject(size_t local_off, size_t len);
 
   // Polls the CQ until every operation posted has completed.
   bool drain();
@@ -161,7 +168,7 @@ class Side {
 
   // Retries `op` while it returns -FI_EAGAIN, reading the CQ in between.
   template <typename F>
-  bool post(const char* call, size_t slot, Op kind, uint64_t tag, F op);
+  bool post(const char* call, size_t slot, Op kind, uint64_t tag, F op, size_t len = 0);
   bool progress(size_t* got);
   bool sort(const fi_cq_data_entry& e);
   uint64_t remote(size_t off) const { return peer_card_.addr + off; }
@@ -184,6 +191,7 @@ class Side {
     bool posted = false;
     Op kind = Op::kWrite;
     uint64_t tag = 0;
+    size_t len = 0;  // a receive's: the length its completion must report
   };
   std::vector<fi_context2> ctx_;
   std::vector<Slot> slots_;
