@@ -26,8 +26,8 @@
 //     kOutOfBounds without the owner;
 //   - a frame that breaks the protocol (a header decode() refuses, a frame the state forbids, an
 //     atomic whose length is not its operands', a kWrite too short for its CQ data, a direct
-//     request or answer on this connection without shared memory, an answer or acknowledgement
-//     of no request, kShutdown) closes the connection, after the answers to what
+//     message, request or answer on this connection without shared memory, an answer or
+//     acknowledgement of no request, kShutdown) closes the connection, after the answers to what
 //     came before it and before any to what came after, and the owner hears of it
 //     (abort_sends); nothing else closes it, and everything whole before the end is answered.
 // Any broken invariant traps.
@@ -630,8 +630,8 @@ class Harness {
     e.h = h;
     if (is_handshake(h.op) || h.op == Op::kShutdown) {
       e.closes = true;  // forbidden once connected; kShutdown: the peer closed
-    } else if (h.op == Op::kWrite && (h.flags & wire::kDirect) != 0) {
-      // A direct request: collected whole, then refused (frame_done()).
+    } else if ((h.flags & wire::kDirect) != 0) {
+      // A direct request or message: collected whole, then refused (frame_done()).
     } else if (h.op == Op::kWrite || h.op == Op::kMsg || h.op == Op::kTagged ||
                h.op == Op::kReadResp || h.op == Op::kAtomicResp) {
       e.upcall = Entry::Upcall::kPlace;
@@ -643,7 +643,7 @@ class Harness {
     if (h.op == Op::kWrite && (h.flags & wire::kDirect) == 0) {
       e.answered = true;
       e.reply_op = Op::kRmaAck;
-    } else if (h.op == Op::kMsg || h.op == Op::kTagged) {
+    } else if ((h.op == Op::kMsg || h.op == Op::kTagged) && (h.flags & wire::kDirect) == 0) {
       // Acknowledged if asked: delivered at once (placed() says so), or received.
       e.answered = (h.flags & (wire::kWantReceived | wire::kWantDelivered)) != 0;
       e.reply_op = (h.flags & wire::kWantDelivered) != 0 ? Op::kAckDelivered : Op::kAckReceived;
@@ -657,8 +657,8 @@ class Harness {
   void frame_done(Entry& e) {
     e.whole = true;
     const Header& h = e.h;
-    if ((h.flags & wire::kDirect) != 0 && (h.op == Op::kWrite || h.op == Op::kReadReq)) {
-      // Direct requests come only from a peer proved through shared memory, which this
+    if ((h.flags & wire::kDirect) != 0 && h.op != Op::kReadResp) {
+      // Direct requests and messages come only from a peer proved through shared memory, which this
       // connection has none of: the connection fails.
       e.closes = true;
       return;

@@ -15,8 +15,8 @@
 //     kWrite with kRemoteData, core::kCmDataSize for connect, accept and reject data (and a
 //     nonce more for an authenticating request), the fixed sizes of kChallenge, kProof and
 //     kReadReq, an atomic's description and two operand arrays for kAtomic, one array for
-//     kAtomicResp, 0 for the rest; a direct kWrite or kReadReq (kDirect) exactly 1 to kMaxIov
-//     entries of 16 bytes (after a read's 8-byte length) whatever max_payload says, and a
+//     kAtomicResp, 0 for the rest; a direct message, kWrite or kReadReq (kDirect) exactly 1 to
+//     kMaxIov entries of 16 bytes (after a read's 8-byte length) whatever max_payload says, and a
 //     direct kReadResp nothing;
 //   - a completed header re-encodes to the stream's bytes, and obeys every rule of decode():
 //     the flags of its op, its length, `tag` only where a key, a tag or a segment goes, `data`
@@ -111,7 +111,7 @@ size_t length_floor(const Header& h) {
 }
 
 uint32_t allowed_flags(Op op) {
-  if (is_data(op)) return kDataFlags;
+  if (is_data(op)) return kDataFlags | kDirect;
   if (op == Op::kConnReq) return kShmOffer | kAuth;
   if (op == Op::kConnAccept) return kShmAccept;
   if (op == Op::kWrite) return kRemoteData | kDirect;
@@ -126,7 +126,8 @@ bool known_op(uint8_t op) {
 // Each rule of wire.h, restated; a header decode() accepted keeps them all, and one it refused
 // breaks the rule its Violation names.
 bool flags_ok(const Header& h) {
-  const bool both = (h.flags & kDirect) != 0 && (h.flags & kRemoteData) != 0;
+  // A direct write has no room for CQ data; a message carries its own in the header.
+  const bool both = (h.flags & kDirect) != 0 && (h.flags & kRemoteData) != 0 && !is_data(h.op);
   return (h.flags & ~allowed_flags(h.op)) == 0 && !both;
 }
 

@@ -1101,7 +1101,8 @@ void Endpoint::tx_written(TxOp* op) {
   std::vector<uint32_t> events;
   {
     core::MutexLock lock(mu_);
-    if (op->level == TxLevel::kInject && op->kind == TxKind::kSend) {
+    // A direct send's buffers are read by its receiver after this: it ends at its acknowledgement.
+    if (op->level == TxLevel::kInject && op->kind == TxKind::kSend && !op->direct) {
       finish_send(op, 0, &events);
     } else {
       tx_ring_.mark_written(op);
@@ -1126,7 +1127,8 @@ bool Endpoint::tx_acked(const Connection* c, uint32_t seq, bool delivered) {
     TxOp* op = tx_ring_.find_written(seq);
     if (op == nullptr || op->conn != c || op->kind != TxKind::kSend) return false;
     const TxLevel want = delivered ? TxLevel::kDelivery : TxLevel::kTransmit;
-    if (op->level != want) return false;
+    const bool direct_inject = op->direct && op->level == TxLevel::kInject && !delivered;
+    if (op->level != want && !direct_inject) return false;
     finish_send(op, 0, &events);
     outbox().add(domain_, tx_cq_, events);
   }

@@ -46,17 +46,23 @@ bool is_direct(const wire::Header& h) {
   return (h.flags & wire::kDirect) != 0;
 }
 
-// Frames whose payload the owner places (Owner::place): messages, remote writes, and the
-// answers to this side's reads and atomics.
+AckWanted ack_wanted(const wire::Header& h) {
+  return (h.flags & wire::kWantDelivered)  ? AckWanted::kDelivered
+         : (h.flags & wire::kWantReceived) ? AckWanted::kReceived
+                                           : AckWanted::kNone;
+}
+
+// Frames whose payload the owner places (Owner::place) as it arrives: messages, remote writes,
+// and the answers to this side's reads and atomics; not direct ones, which carry no bytes.
 bool is_placed(const wire::Header& h) {
-  return is_data(h.op) || (h.op == wire::Op::kWrite && !is_direct(h)) ||
+  return ((is_data(h.op) || h.op == wire::Op::kWrite) && !is_direct(h)) ||
          h.op == wire::Op::kReadResp || h.op == wire::Op::kAtomicResp;
 }
 
 // Frames whose payload the connection collects whole before acting on it.
 bool is_collected_request(const wire::Header& h) {
   return h.op == wire::Op::kReadReq || h.op == wire::Op::kAtomic ||
-         (h.op == wire::Op::kWrite && is_direct(h));
+         ((h.op == wire::Op::kWrite || is_data(h.op)) && is_direct(h));
 }
 
 // The initiator's buffers of a direct request, copied by the kernel (xport/shm.h PeerMemory).
@@ -97,6 +103,12 @@ class DirectRequest final : public DirectCopy {
   }
   // The initiator claimed a part and did not finish it: the connection must end.
   bool stuck() const { return stuck_; }
+  // Bytes [0, n) of the initiator's buffers into `into` (count ranges here), without sharing.
+  bool copy_prefix(const iovec* into, size_t count, size_t n) const {
+    iovec part[wire::kMaxDirectEntries];
+    const size_t k = shm::slice(iov_, count_, 0, n, part);
+    return peer_.readv(into, count, part, k, n);
+  }
   // Takes the entries of a direct request's payload: false unless they sum to the read's
   // length (a write's length is their sum) and that is at most max_len.
   bool parse(const unsigned char* p, size_t bytes, size_t max_len) {
@@ -327,11 +339,12 @@ int Conn::submit(TxOp* op) {
   return 0;
 }
 
-// A write (without CQ data) or read of at least direct_min bytes, to a peer that serves
-// direct requests: its frame describes its buffers instead of carrying their bytes.
+// A message, a write (without CQ data) or a read of at least direct_min bytes, to a peer that
+// serves direct requests: its frame describes its buffers instead of carrying their bytes.
 bool Conn::go_direct_locked(TxOp* op, wire::Header* h) {
   const size_t min = engine_->config().direct_min;
-  const bool write = op->kind == TxKind::kWrite && !op->has_data;
+  const bool send = op->kind == TxKind::kSend;
+  const bool write = (op->kind == TxKind::kWrite && !op->has_data) || send;
   const bool read = op->kind == TxKind::kRead && op->iov_count == 1;
   if (!shm_agreed_ || min == 0 || !(write || read)) return false;
   const iovec* bufs = write ? op->iov : op->result;
@@ -353,6 +366,11 @@ bool Conn::go_direct_locked(TxOp* op, wire::Header* h) {
   op->len = (write ? 0 : wire::kReadReqSize) + desc.iov_len;
   h->length = static_cast<uint32_t>(op->len);
   h->flags |= wire::kDirect;
+  // The receiver reads the sender's buffers after this frame is written: a send waits for its
+  // acknowledgement, whatever completion level it asked for (Owner::tx_written).
+  if (send && (h->flags & (wire::kWantReceived | wire::kWantDelivered)) == 0) {
+    h->flags |= wire::kWantReceived;
+  }
   return true;
 }
 
@@ -783,9 +801,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       in_.seq = h.seq;
       in_.from = peer_name_;
       in_.via = this;
-      in_.ack = (h.flags & wire::kWantDelivered)  ? AckWanted::kDelivered
-                : (h.flags & wire::kWantReceived) ? AckWanted::kReceived
-                                                  : AckWanted::kNone;
+      in_.ack = ack_wanted(h);
       have_place_ = false;
     }
     placed_ = 0;
@@ -804,6 +820,7 @@ bool Conn::frame_done_locked() {
         comm_est_ = true;
         owner_->async_event(FI_FABQ_EVENT_COMM_EST);
       }
+      if (is_direct(h) && !deliver_direct_locked(h)) return false;
       const bool delivered_now = owner_->placed(in_, &place_);
       if (in_.ack == AckWanted::kReceived) {
         queue_ctrl_locked(wire::Op::kAckReceived, in_.seq, nullptr, 0);
@@ -836,6 +853,7 @@ bool Conn::frame_done_locked() {
       return true;
     case wire::Op::kAckReceived:
     case wire::Op::kAckDelivered:
+      forget_share_locked(h.seq);
       if (!owner_->tx_acked(this, h.seq, h.op == wire::Op::kAckDelivered)) {
         fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "an acknowledgement of no send");
         return false;
@@ -924,6 +942,62 @@ bool Conn::answer_request_locked(const wire::Header& h) {
   r.data = static_cast<uint64_t>(status);
   wire::encode(r, ctrl_.data() + at);
   return flush_locked();
+}
+
+bool Conn::deliver_direct_locked(const wire::Header& h) {
+  // Only a peer this side proved and told it serves (shm.h) may send one; the copy uses the pid
+  // proved, never one the peer names.
+  DirectRequest copy(direct_peer_pid_, /*write=*/true, 0);
+  if (direct_peer_pid_ == 0 || !copy.parse(req_buf_.get(), h.length, params_.max_msg_size)) {
+    fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR,
+                direct_peer_pid_ == 0 ? "a direct message this side does not serve"
+                                      : "a direct message longer than the largest message");
+    return false;
+  }
+  in_ = Incoming{};
+  in_.kind = InKind::kMsg;
+  in_.tagged = h.op == wire::Op::kTagged;
+  in_.tag = h.tag;
+  in_.has_data = (h.flags & wire::kRemoteData) != 0;
+  in_.data = h.data;
+  in_.len = copy.len();
+  in_.seq = h.seq;
+  in_.from = peer_name_;
+  in_.via = this;
+  in_.ack = ack_wanted(h);
+  if (!have_place_) {
+    place_.status = RmaStatus::kOk;
+    place_.bad = false;
+    if (!owner_->place(in_, &place_)) {
+      stalled_ = true;
+      update_interest_locked();
+      if (owner_->take_retry()) engine_->schedule(this);
+      return false;
+    }
+    have_place_ = true;
+  }
+  // Whole into one buffer: both processes may copy (shm.h "Sharing a copy"); else what fits.
+  const size_t n = std::min(copy.len(), place_.capacity);
+  bool copied = false;
+  if (n == copy.len() && place_.iov_count >= 1 && place_.iov[0].iov_len >= n) {
+    if (seg_.peer_serves(shm_connecting_)) {
+      copy.share(&seg_, shm_connecting_, h.seq, engine_->config().share_min);
+    }
+    copied = copy.copy(place_.iov[0].iov_base);
+  } else {
+    iovec into[kMaxIov + 1];
+    const int cnt = iov_slice(place_.iov, place_.iov_count, 0, n, into);
+    copied = copy.copy_prefix(into, static_cast<size_t>(cnt), n);
+  }
+  if (!copied) {
+    // The peer proved it lets this process read its memory; a buffer it named that is not
+    // mapped, or a peer that took that back, ends the connection (the sender's sends fail).
+    fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR,
+                copy.stuck() ? "the peer took part of a direct copy and did not finish it"
+                             : "a direct message whose bytes this process could not copy");
+    return false;
+  }
+  return true;
 }
 
 void Conn::peer_closed_locked() {

@@ -111,6 +111,10 @@ class Conn final : public Connection, public Pollable {
   // A whole kReadReq, kAtomic or direct kWrite (its payload in req_buf_): the owner performs
   // it, the answer is queued.
   bool answer_request_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
+  // A whole direct message (its entries in req_buf_): placed like any other, its bytes copied
+  // from the peer's buffers. False when the connection ended or stalled (no room: the frame is
+  // taken again on resume()).
+  bool deliver_direct_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   // submit(): makes `op` a direct request (wire.h kDirect) when it may be one; true if so.
   bool go_direct_locked(TxOp* op, wire::Header* h) FABQ_REQUIRES(mu_);
   // Sharing a copy (shm.h). The initiator's side: remembers a direct request the peer may offer

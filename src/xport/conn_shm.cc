@@ -22,7 +22,7 @@ constexpr size_t kReadBuffer = 16 * 1024;
 // The buffers a direct request named (Conn::go_direct_locked(): op.direct_desc, which its iov
 // points at) into bufs; returns their bytes.
 size_t direct_buffers(const TxOp& op, iovec* bufs, size_t* count = nullptr) {
-  const iovec& desc = op.iov[op.kind == TxKind::kWrite ? 0 : 1];
+  const iovec& desc = op.iov[op.kind == TxKind::kRead ? 1 : 0];
   const size_t n = std::min(desc.iov_len / wire::kDirectEntrySize, wire::kMaxDirectEntries);
   size_t bytes = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -150,8 +150,8 @@ void Conn::take_share_locked() {
   const iovec theirs{reinterpret_cast<void*>(static_cast<uintptr_t>(part.addr)),
                      static_cast<size_t>(part.len)};
   const shm::PeerMemory peer(direct_peer_pid_);
-  const bool copied = op->kind == TxKind::kWrite ? peer.writev(mine, n, &theirs, 1, part.len)
-                                                 : peer.readv(mine, n, &theirs, 1, part.len);
+  const bool copied = op->kind == TxKind::kRead ? peer.readv(mine, n, &theirs, 1, part.len)
+                                                : peer.writev(mine, n, &theirs, 1, part.len);
   seg_.finish_share(shm_connecting_, part, copied);
   if (copied) op->shared = true;
 }

@@ -56,8 +56,9 @@ struct TransportConfig {
   size_t connect_timeout_ms = 10000;  // a connection attempt (or accepted request) gives up
   size_t keepalive_ms = 30000;        // a silent peer is gone after this (0: no keep-alive)
   bool shm = true;                    // same-host connections move their frames in shared memory
-  // Through shared memory, an RMA write or read of at least this many bytes is copied directly
-  // between the two processes' memory (DirectCopy) instead of through the ring; 0: never.
+  // Through shared memory, a message, RMA write or read of at least this many bytes is copied
+  // directly between the two processes' memory (DirectCopy) instead of through the ring; 0:
+  // never.
   size_t direct_min = 16384;
   // From this many bytes on, the target of a direct copy offers the initiator's process a part
   // of it to copy, so both copy at once (shm.h "Sharing a copy"); 0: never.
@@ -149,8 +150,9 @@ struct TxOp {
   size_t result_len = 0;
   // Owned by the transport while submitted:
   bool accepted = false;  // the connection took it (set under its lock in submit())
-  // The connection sent it as a direct request (DirectCopy): the frame carries where its
-  // buffers are, `direct_desc` holds that description, and iov/len were rewritten to it.
+  // The connection sent it as a direct request or message (DirectCopy, wire.h kDirect): the
+  // frame carries where its buffers are, `direct_desc` holds that description, and iov/len
+  // were rewritten to it. Set before tx_written().
   bool direct = false;
   unsigned char direct_desc[16 * kMaxIov] = {};
   // ... and this process copied a part of it, which the target offered (shm.h "Sharing a
@@ -298,7 +300,9 @@ class Owner {
   // The peer answered kWrite `seq` of `c` with `status`. False for a number that names no write
   // awaiting it (a protocol violation: the connection fails).
   virtual bool rma_acked(const Connection* c, uint32_t seq, RmaStatus status) = 0;
-  // A send is written whole to the kernel.
+  // A send is written whole to the kernel (or the shared ring). A direct send (op->direct) is
+  // not over then, whatever its level: its receiver copies from its buffers afterwards, and
+  // acknowledges it (tx_acked: received, or delivered when its level asked for that).
   virtual void tx_written(TxOp* op) = 0;
   // A send the connection will not carry (an injected net=drop fault): it completes as if the
   // peer never answered, with `err` at the levels that wait for the peer.

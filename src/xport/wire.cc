@@ -113,14 +113,15 @@ Violation decode(const unsigned char* in, size_t max_payload, Header* out) {
   h.tag = get<uint64_t>(in + 16);
   h.data = get<uint64_t>(in + 24);
   uint32_t allowed = 0;
-  if (is_data(h.op)) allowed = kDataFlags;
+  if (is_data(h.op)) allowed = kDataFlags | kDirect;
   if (h.op == Op::kConnReq) allowed = kShmOffer | kAuth;
   if (h.op == Op::kConnAccept) allowed = kShmAccept;
   if (h.op == Op::kWrite) allowed = kRemoteData | kDirect;
   if (h.op == Op::kReadReq || h.op == Op::kReadResp) allowed = kDirect;
   if ((h.flags & ~allowed) != 0) return Violation::kBadFlags;
   const bool direct = (h.flags & kDirect) != 0;
-  if (direct && (h.flags & kRemoteData) != 0) return Violation::kBadFlags;
+  // A message's CQ data is in the header; a direct write has no room for its own.
+  if (direct && (h.flags & kRemoteData) != 0 && !is_data(h.op)) return Violation::kBadFlags;
   if (direct) {
     // Entries only (after a read's length); an answer carries nothing.
     const size_t fixed = h.op == Op::kReadReq ? kReadReqSize : 0;

@@ -31,8 +31,13 @@
 // (address, length) in the initiator's address space, and the target copies between them and
 // its region itself (xport/transport.h DirectCopy, xport/shm.h PeerMemory), then answers as
 // above, a direct kReadResp with no payload. Only a peer that announced it serves direct
-// requests (shm.h) is sent one; one that did not gets a protocol violation.
+// requests (shm.h) is sent one; one that did not gets a protocol violation. A large message
+// may be direct the same way: its receiver copies it from the sender's buffers into the
+// receive buffer, then acknowledges it (kAckReceived, or kAckDelivered when asked for), and
+// the sender's buffers are the application's until then.
 //
+//   kMsg|kDirect, kTagged|kDirect
+//                     payload: 1..kMaxIov entries; the message's length is their sum
 //   kWrite|kDirect    payload: 1..kMaxIov entries; the length written is their sum
 //   kReadReq|kDirect  payload: the length to read (8 bytes), then 1..kMaxIov entries summing
 //                     to it                                  -> kReadResp|kDirect, no payload
@@ -128,9 +133,9 @@ bool decode_atomic(const unsigned char* in, AtomicDesc* out);
 void put_u64(unsigned char* out, uint64_t v);
 uint64_t get_u64(const unsigned char* in);
 
-// Flags: kMsg and kTagged allow the data flags, kWrite kRemoteData or kDirect (not both),
-// kReadReq and kReadResp kDirect, kConnReq kShmOffer and kAuth, kConnAccept kShmAccept; other
-// ops allow none.
+// Flags: kMsg and kTagged allow the data flags and kDirect, kWrite kRemoteData or kDirect (not
+// both), kReadReq and kReadResp kDirect, kConnReq kShmOffer and kAuth, kConnAccept kShmAccept;
+// other ops allow none.
 enum Flag : uint32_t {
   kRemoteData = 1u << 0,     // `data` is FI_REMOTE_CQ_DATA for the receiver's completion
   kWantReceived = 1u << 1,   // the sender waits for kAckReceived (FI_TRANSMIT_COMPLETE)
@@ -138,7 +143,7 @@ enum Flag : uint32_t {
   kShmOffer = 1u << 3,       // kConnReq only: a shared-memory segment is offered (tag, data)
   kShmAccept = 1u << 4,      // kConnAccept only: the offered segment is taken
   kAuth = 1u << 5,           // kConnReq only: the payload ends with Nc; answer with kChallenge
-  kDirect = 1u << 6,         // kWrite, kReadReq, kReadResp: a direct request and its answer
+  kDirect = 1u << 6,  // kMsg, kTagged, kWrite, kReadReq, kReadResp: a direct request and its answer
 };
 inline constexpr uint32_t kDataFlags = kRemoteData | kWantReceived | kWantDelivered;
 

@@ -439,6 +439,53 @@ TEST(MsgShm, AProvedPeersDirectWriteAndReadAreServedAndEntriesThatLieFailTheConn
   EXPECT_EQ(raw.join(&t.s), 0);
 }
 
+TEST(MsgShm, AProvedPeersDirectMessageIsCopiedIntoTheReceiveAndOneFromUnmappedMemoryFails) {
+  SKIP_UNLESS_FABQ();
+  Peer raw([](Link& link) {
+    RawConnection conn;
+    if (!conn.dial(link)) return;
+    const RawShm mine;
+    ASSERT_TRUE(mine.valid());
+    uint32_t flags = 0;
+    if (!conn.handshake("direct", &mine.offer, &flags)) return;
+    ASSERT_NE(flags & kShmAccept, 0u);
+    shm::Ring tx = mine.seg.tx(/*connecting=*/true);
+    shm::Ring rx = mine.seg.rx(/*connecting=*/true);
+    // A 20 KiB message from two buffers of this process, with CQ data.
+    const std::string a(12 * 1024, 'a'), b(8 * 1024, 'b');
+    ASSERT_TRUE(post(
+        tx, conn,
+        Header{
+            .op = kMsg, .flags = kDirect | kWantReceived | kRemoteData, .seq = 1, .data = 0xda7a},
+        direct_entry(a.data(), a.size()) + direct_entry(b.data(), b.size())));
+    Header h;
+    std::string payload;
+    ASSERT_TRUE(ring_frame(rx, &h, &payload));
+    EXPECT_EQ(h.op, kAckReceived) << "acknowledged once copied";
+    EXPECT_EQ(h.seq, 1u);
+    ASSERT_TRUE(link.wait('r'));  // the message was received whole
+    // One whose buffer this process does not map.
+    ASSERT_TRUE(post(tx, conn, Header{.op = kMsg, .flags = kDirect, .seq = 2},
+                     direct_entry(reinterpret_cast<void*>(uintptr_t{4096}), 20000)));
+    EXPECT_TRUE(conn.closed_by_peer()) << "fabq kept a connection whose message it cannot copy";
+    link.signal('x');
+  });
+  RmaTarget t;
+  ASSERT_NO_FATAL_FAILURE(t.accept(raw));
+  std::string in(32 * 1024, '\0');
+  ASSERT_EQ(t.s.recv(in.data(), in.size(), &in), 0);
+  const Completion c = t.s.next_for(&in);
+  ASSERT_EQ(c.rc, 1) << cq_str(c);
+  EXPECT_EQ(c.entry.len, 20u * 1024);
+  EXPECT_EQ(c.entry.flags, FI_RECV | FI_MSG | FI_REMOTE_CQ_DATA);
+  EXPECT_EQ(c.entry.data, 0xda7au);
+  EXPECT_EQ(in.substr(0, 20 * 1024), std::string(12 * 1024, 'a') + std::string(8 * 1024, 'b'));
+  ASSERT_TRUE(raw.link().signal('r'));
+  ASSERT_TRUE(t.s.await(raw.link(), 'x'));
+  ASSERT_NO_FATAL_FAILURE(expect_req_err(t.s));
+  EXPECT_EQ(raw.join(&t.s), 0);
+}
+
 // Sharing a copy (shm.h): fabq as the target offers a peer that says it can reach fabq's memory
 // the second part of a large direct write, in its share slot (the accepting side's, at 640:
 // word, then the request's seq). The word is generation << 3 | state (1 offered, 2 taken back, 3

@@ -42,6 +42,7 @@ enum Op : uint8_t {
   kConnReject = 3,
   kMsg = 5,
   kTagged = 6,
+  kAckReceived = 7,  // seq: the message acknowledged
   kShutdown = 9,
   kChallenge = 10,
   kProof = 11,
@@ -52,12 +53,14 @@ enum Op : uint8_t {
   kAtomic = 16,      // tag: key, data: address; payload: op, datatype, kind, 0, count (u32), ...
   kAtomicResp = 17,  // data: status; payload: previous values
 };
-constexpr uint32_t kRemoteData = 1u << 0;  // kMsg, kTagged, kWrite: CQ data goes with it
-constexpr uint32_t kShmOffer = 1u << 3;    // kConnReq: tag names a segment, data is its nonce
-constexpr uint32_t kShmAccept = 1u << 4;   // kConnAccept: the offer is taken
-constexpr uint32_t kAuth = 1u << 5;        // kConnReq: the payload ends with a 16-byte nonce
-// kWrite, kReadReq, kReadResp: the payload names the initiator's buffers, (address u64, length
-// u64) each, after a read's length; only through shared memory, from a peer the target proved.
+constexpr uint32_t kRemoteData = 1u << 0;    // kMsg, kTagged, kWrite: CQ data goes with it
+constexpr uint32_t kWantReceived = 1u << 1;  // kMsg, kTagged: answer with kAckReceived
+constexpr uint32_t kShmOffer = 1u << 3;      // kConnReq: tag names a segment, data is its nonce
+constexpr uint32_t kShmAccept = 1u << 4;     // kConnAccept: the offer is taken
+constexpr uint32_t kAuth = 1u << 5;          // kConnReq: the payload ends with a 16-byte nonce
+// kMsg, kTagged, kWrite, kReadReq, kReadResp: the payload names the initiator's buffers,
+// (address u64, length u64) each, after a read's length; only through shared memory, from a
+// peer the target proved.
 constexpr uint32_t kDirect = 1u << 6;
 
 struct Header {

@@ -15,13 +15,17 @@
 namespace fabq::testing {
 namespace {
 
+// From FI_FABQ_SHM_DIRECT_MIN (16 KiB) a message's receiver copies it from the sender's memory,
+// from FI_FABQ_SHM_SHARE_MIN (256 KiB) both processes copy a half: sizes on both sides of each,
+// and 1 MiB + 4097, whose halves meet at no page boundary of the sender's.
 TEST(RdmSystem, PingPongOfEverySizeBetweenTwoProcessesNamesTheSource) {
-  const std::vector<size_t> sizes = {0, 1, 8, 64, 4096, 65536, 1 << 20};
+  const std::vector<size_t> sizes = {0,     1,     8,      64,     4096,    16383,
+                                     16384, 65536, 262143, 262144, 1 << 20, (1 << 20) + 4097};
   Peer peer([&](Link& link) {
     Rdm r;
     if (!r.ok() || !r.tell(link)) return;
     const fi_addr_t parent = r.learn(link);
-    std::string buf(1 << 20, '\0');
+    std::string buf(2 << 20, '\0');
     for (size_t i = 0; i < sizes.size(); ++i) {
       ASSERT_EQ(r.trecv(buf.data(), buf.size(), i, &buf), 0);
       Completion g = r.next_for(&buf);
@@ -49,6 +53,50 @@ TEST(RdmSystem, PingPongOfEverySizeBetweenTwoProcessesNamesTheSource) {
     EXPECT_EQ(in.substr(0, sizes[i]), out) << "size " << sizes[i];
     ASSERT_EQ(r.next_for(nullptr).rc, 1);
   }
+  EXPECT_EQ(peer.join(), 0);
+}
+
+// Large messages sent before their receives are posted wait in the receiver (copied from the
+// sender's memory into its buffer) and complete whole, in order, once receives come.
+TEST(RdmSystem, LargeMessagesSentBeforeTheirReceivesArriveWholeInOrder) {
+  const std::vector<size_t> sizes = {20000, 1 << 20, 300000, 65536};
+  Peer peer([&](Link& link) {
+    Rdm r;
+    if (!r.ok() || !r.tell(link)) return;
+    const fi_addr_t parent = r.learn(link);
+    std::vector<std::string> out;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      out.push_back(pattern(sizes[i], static_cast<unsigned>(40 + i)));
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      ASSERT_EQ(r.retry([&] {
+        return fi_send(r.ep(), out[i].data(), out[i].size(), nullptr, parent, &out[i]);
+      }),
+                0);
+    }
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      Completion g = r.next_for(&out[i]);
+      ASSERT_EQ(g.rc, 1) << "send " << i;
+    }
+    link.wait('d');
+  });
+  Rdm r;
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r.tell(peer.link()));
+  const fi_addr_t child = r.learn(peer.link());
+  // Progress without a receive, long enough for every message to have arrived unexpected.
+  const auto t0 = Clock::now();
+  while (ms_since(t0) < 200) r.next(1);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::string in(sizes[i] + 8, '\0');
+    ASSERT_EQ(r.recv(in.data(), in.size(), &in), 0);
+    Completion g = r.next_for(&in);
+    ASSERT_EQ(g.rc, 1) << "message " << i;
+    EXPECT_EQ(g.entry.len, sizes[i]);
+    EXPECT_EQ(g.src, child);
+    EXPECT_TRUE(in.substr(0, sizes[i]) == pattern(sizes[i], static_cast<unsigned>(40 + i)))
+        << "message " << i;
+  }
+  ASSERT_TRUE(peer.link().signal('d'));
   EXPECT_EQ(peer.join(), 0);
 }
 

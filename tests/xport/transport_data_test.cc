@@ -6,6 +6,10 @@
 #include <gtest/gtest.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_eq.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
 
 #include <string>
 #include <vector>
@@ -39,12 +43,15 @@ TEST_P(TransportTest, MessagesOfEverySizeArriveIntactAndAreReportedWritten) {
     SCOPED_TRACE("message " + std::to_string(i));
     const Incoming& in = got[i].in;
     EXPECT_EQ(in.seq, ops[i]->seq);
-    EXPECT_EQ(in.len, ops[i]->len);
+    EXPECT_EQ(in.len, out.payload(i).size());
     EXPECT_EQ(in.tagged, ops[i]->tagged);
     EXPECT_EQ(in.tag, ops[i]->tagged ? ops[i]->tag : 0);
     EXPECT_EQ(in.has_data, ops[i]->has_data);
     EXPECT_EQ(in.data, ops[i]->has_data ? ops[i]->data : 0);
-    EXPECT_EQ(in.ack, AckWanted::kNone);
+    // Through shared memory, a message from direct_min bytes is copied by its receiver from
+    // the sender's buffers, which stay the sender's until it says so.
+    EXPECT_EQ(ops[i]->direct, GetParam() && in.len >= TransportConfig{}.direct_min);
+    EXPECT_EQ(in.ack, ops[i]->direct ? AckWanted::kReceived : AckWanted::kNone);
     EXPECT_EQ(in.from.sin_family, AF_UNSPEC) << "MSG messages carry no name";
     EXPECT_TRUE(got[i].bytes == out.payload(i)) << "payload of " << in.len << " bytes differs";
   }
@@ -58,7 +65,10 @@ TEST_P(TransportTest, MessagesOfEverySizeArriveIntactAndAreReportedWritten) {
   ASSERT_TRUE(pump([&] { return client_.received_count() == 1; }));
   EXPECT_TRUE(client_.received()[0].bytes == back.payload(0));
   EXPECT_EQ(server_.written_count(), 1u);
-  EXPECT_EQ(client_.ack_count() + server_.ack_count(), 0u) << "kInject waits for no ack";
+  const size_t direct = GetParam() ? 2 : 0;  // the 1 MiB message and the one back
+  EXPECT_TRUE(pump([&] { return client_.ack_count() + server_.ack_count() == direct; }));
+  EXPECT_EQ(client_.ack_count() + server_.ack_count(), direct)
+      << "kInject waits for no ack but a direct message's";
 }
 
 TEST_P(TransportTest, TransmitAndDeliveryCompletionsAreAcknowledged) {
@@ -163,8 +173,11 @@ TEST_P(TransportTest, RefusedPlaceStallsTheConnectionUntilResumeAndNothingIsLost
   Pair p;
   ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
   server_.set_accepting(false);  // no receive posted
-  constexpr size_t kSize = 256 * 1024;
-  constexpr uint32_t kMax = 128;  // 32 MiB: far beyond what the kernel buffers on loopback
+  // Messages whose bytes fill what lies between the two sides: 32 MiB far beyond what the
+  // kernel buffers on loopback; through shared memory, below direct_min (a direct message
+  // leaves its bytes with the sender), 2 MiB beyond the ring's room.
+  const size_t kSize = GetParam() ? TransportConfig{}.direct_min - 1 : 256 * 1024;
+  constexpr uint32_t kMax = 128;
   Outbox out;
   uint32_t submitted = 0;
   size_t last_written = 0;
@@ -220,6 +233,63 @@ TEST_P(TransportTest, RefusedPlaceStallsTheConnectionUntilResumeAndNothingIsLost
   }
   EXPECT_EQ(asyncs(server_), std::vector<std::string>{"COMM_EST"});
   EXPECT_EQ(server_.unplaced(), 0u);
+}
+
+// =============================================================================================
+// Direct messages: through shared memory, from direct_min bytes, the receiver copies a message
+// from the sender's buffers (wire.h kDirect), which stay the application's until it says so.
+
+TEST_P(TransportTest, ADirectMessageIsTheSendersUntilItsReceiverHasCopiedIt) {
+  if (!GetParam()) GTEST_SKIP() << "through shared memory only";
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  server_.set_accepting(false);  // no receive yet: the message waits in the ring
+  Outbox out;
+  TxOp* op = out.make(pattern(100000, 7), 1, 3);  // the default level: kInject
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), op));
+  ASSERT_TRUE(pump([&] { return client_.written_count() == 1 && server_.refused_places() >= 1; }));
+  EXPECT_TRUE(op->direct);
+  settle(milliseconds(30));
+  EXPECT_EQ(client_.ack_count(), 0u) << "acknowledged before its receiver copied it";
+  server_.set_accepting(true);
+  p.server->resume();
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 1 && client_.ack_count() == 1; }));
+  EXPECT_TRUE(server_.received()[0].bytes == out.payload(0));
+  EXPECT_EQ(server_.received()[0].in.len, 100000u);
+  EXPECT_FALSE(client_.acks()[0].delivered) << "received: kInject asks no more";
+  EXPECT_EQ(asyncs(server_), std::vector<std::string>{"COMM_EST"});
+}
+
+TEST_P(TransportTest, ADirectMessageWhoseBuffersAreGoneFailsOnlyItsConnection) {
+  if (!GetParam()) GTEST_SKIP() << "through shared memory only";
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  server_.set_accepting(false);
+  constexpr size_t kLen = 65536;
+  void* buf = mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(buf, MAP_FAILED);
+  std::memset(buf, 0x5a, kLen);
+  TxOp op;
+  op.cq_flags = FI_SEND | FI_MSG;
+  op.seq = 1;
+  op.len = kLen;
+  op.iov[0] = {buf, kLen};
+  op.iov_count = 1;
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), &op));
+  ASSERT_TRUE(pump([&] { return client_.written_count() == 1 && server_.refused_places() >= 1; }));
+  ASSERT_TRUE(op.direct);
+  ASSERT_EQ(munmap(buf, kLen), 0);  // what an application that broke the contract does
+  server_.set_accepting(true);
+  p.server->resume();
+  // The receiver cannot copy it: it gives the receive back and fails the connection, and the
+  // sender's send ends with it.
+  ASSERT_TRUE(pump([&] {
+    const std::vector<std::string> a = asyncs(server_);
+    return std::find(a.begin(), a.end(), "EP_REQ_ERR") != a.end() && !client_.aborts().empty();
+  }));
+  EXPECT_EQ(server_.received_count(), 0u);
+  EXPECT_EQ(server_.unplaced(), 1u);
+  EXPECT_EQ(client_.ack_count(), 0u);
 }
 
 }  // namespace

@@ -434,6 +434,14 @@ TEST(WireDecode, DirectRequestsCarryOneToFourEntriesAndTheirAnswerNothing) {
                 .tag = 1};
     EXPECT_EQ(decode_bytes(encoded(read)), fits ? Violation::kNone : Violation::kTooLong)
         << entries << " entries";
+    for (const Op op : {Op::kMsg, Op::kTagged}) {
+      Header msg{.op = op,
+                 .flags = kDirect | kWantDelivered,
+                 .length = 16 * entries,
+                 .tag = op == Op::kTagged ? 7u : 0u};
+      EXPECT_EQ(decode_bytes(encoded(msg)), fits ? Violation::kNone : Violation::kTooLong)
+          << op_name(op) << ", " << entries << " entries";
+    }
   }
   // The entries are whole, whatever the receiver's limit says.
   Header cut{.op = Op::kWrite, .flags = kDirect, .length = 24, .tag = 1};
@@ -444,15 +452,21 @@ TEST(WireDecode, DirectRequestsCarryOneToFourEntriesAndTheirAnswerNothing) {
   EXPECT_EQ(decode_bytes(encoded(answer)), Violation::kTooLong) << "the bytes are already there";
 }
 
-TEST(WireDecode, DirectIsOnlyForWritesReadsAndReadAnswersAndNeverWithCqData) {
+TEST(WireDecode, DirectIsOnlyForMessagesWritesReadsAndReadAnswersAndWritesHaveNoCqData) {
   for (const Op op : kAllOps) {
-    if (op == Op::kWrite || op == Op::kReadReq || op == Op::kReadResp) continue;
+    if (op == Op::kMsg || op == Op::kTagged || op == Op::kWrite || op == Op::kReadReq ||
+        op == Op::kReadResp) {
+      continue;
+    }
     Header h = full_header(op);
     h.flags = kDirect;
     EXPECT_EQ(decode_bytes(encoded(h)), Violation::kBadFlags) << op_name(op);
   }
   Header h{.op = Op::kWrite, .flags = kDirect | kRemoteData, .length = 16, .tag = 1};
-  EXPECT_EQ(decode_bytes(encoded(h)), Violation::kBadFlags);
+  EXPECT_EQ(decode_bytes(encoded(h)), Violation::kBadFlags) << "no room for a write's CQ data";
+  // A message's CQ data is in its header.
+  Header msg{.op = Op::kMsg, .flags = kDirect | kRemoteData, .length = 16, .seq = 1, .data = 9};
+  EXPECT_EQ(decode_bytes(encoded(msg)), Violation::kNone);
 }
 
 TEST(WireDecode, AWriteWithCqDataFitsUnderTheLargestLimitToo) {
