@@ -96,6 +96,12 @@ extern "C" FI_EXT_INI {
                   "through the shared ring; 0: never. Where the kernel does not allow it, "
                   "transfers go through the ring",
                   /*allow_zero=*/true);
+  define_and_read("shm_direct_msg_min", &g_params.shm_direct_msg_min,
+                  "Bytes from which a message between processes of one host is copied by its "
+                  "receiver straight from the sender's buffers instead of through the shared "
+                  "ring; 0: never. Where the kernel does not allow it, messages go through the "
+                  "ring",
+                  /*allow_zero=*/true);
   define_and_read("shm_share_min", &g_params.shm_share_min,
                   "Bytes from which the target of such a direct copy lets the initiator's "
                   "process copy the second half itself, so that both processes copy at once; "

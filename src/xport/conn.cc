@@ -339,11 +339,12 @@ int Conn::submit(TxOp* op) {
   return 0;
 }
 
-// A message, a write (without CQ data) or a read of at least direct_min bytes, to a peer that
-// serves direct requests: its frame describes its buffers instead of carrying their bytes.
+// A message of at least direct_msg_min bytes, a write (without CQ data) or a read of at least
+// direct_min, to a peer that serves direct requests: its frame describes its buffers instead of
+// carrying their bytes.
 bool Conn::go_direct_locked(TxOp* op, wire::Header* h) {
-  const size_t min = engine_->config().direct_min;
   const bool send = op->kind == TxKind::kSend;
+  const size_t min = send ? engine_->config().direct_msg_min : engine_->config().direct_min;
   const bool write = (op->kind == TxKind::kWrite && !op->has_data) || send;
   const bool read = op->kind == TxKind::kRead && op->iov_count == 1;
   if (!shm_agreed_ || min == 0 || !(write || read)) return false;

@@ -70,14 +70,14 @@ void Conn::queue_accept_locked(const void* data, size_t len) {
 void Conn::shm_agreed_locked(bool connecting) {
   seg_.unlink();
   shm_connecting_ = connecting;
-  if (engine_->config().direct_min != 0) {
+  if (engine_->config().direct_min != 0 || engine_->config().direct_msg_min != 0) {
     direct_peer_pid_ = seg_.prove_peer(connecting);
     if (direct_peer_pid_ != 0) {
       seg_.serve_peer(connecting);
     } else {
       engine_->log(LogLevel::kInfo,
-                   "this process cannot reach its peer's memory: large one-sided transfers from "
-                   "the peer stay in the shared ring\n");
+                   "this process cannot reach its peer's memory: large messages and one-sided "
+                   "transfers from the peer stay in the shared ring\n");
     }
   }
   tx_ring_ = seg_.tx(connecting);

@@ -56,10 +56,13 @@ struct TransportConfig {
   size_t connect_timeout_ms = 10000;  // a connection attempt (or accepted request) gives up
   size_t keepalive_ms = 30000;        // a silent peer is gone after this (0: no keep-alive)
   bool shm = true;                    // same-host connections move their frames in shared memory
-  // Through shared memory, a message, RMA write or read of at least this many bytes is copied
-  // directly between the two processes' memory (DirectCopy) instead of through the ring; 0:
-  // never.
+  // Through shared memory, an RMA write or read of at least this many bytes is copied directly
+  // between the two processes' memory (DirectCopy) instead of through the ring; 0: never.
   size_t direct_min = 16384;
+  // ... and a message of at least this many bytes (0: never). Higher than direct_min: in a
+  // stream of messages the ring's two copies run on both cores at once, where a direct copy
+  // below share_min is the receiver's alone.
+  size_t direct_msg_min = 256 * 1024;
   // From this many bytes on, the target of a direct copy offers the initiator's process a part
   // of it to copy, so both copy at once (shm.h "Sharing a copy"); 0: never.
   size_t share_min = 256 * 1024;
