@@ -97,8 +97,8 @@ constexpr size_t kPingpongBuffers = 2 + kPingpongSlots + 1;
 // Message k arrives in buffer k % 2 of its receiver, so that the receive for k + 1 is posted
 // (before this side sends, as fi_rdm_pingpong does) while k is still to be checked. A send
 // goes from its slot's buffer (2 + slot), an inject from the last one (kPingpongBuffers - 1),
-// so a send never waits for the last one's completion. The checks,
-// which fi_rdm_pingpong skips by default, come after this side's next send: out of the figure.
+// so a send never waits for the last one's completion. The checks, which fi_rdm_pingpong
+// skips by default, come after this side's next send: out of the figure.
 bool pingpong_side(Side& s, int side, const MsgFormat& f, uint64_t warm, uint64_t timed,
                    Shared* sh) {
   const size_t n = f.size();
