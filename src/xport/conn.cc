@@ -704,18 +704,13 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
     if (!framer_.in_header() || framer_.frame_done()) {
       const wire::Header& h = framer_.header();
       if (is_placed(h) && !have_place_) {
-        place_.status = RmaStatus::kOk;
-        place_.bad = false;
-        const bool took = owner_ != nullptr && owner_->place(in_, &place_);
+        const bool took = place_locked();
         if (took && place_.bad) {
           *used = off;
           fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "an answer to no request of ours");
           return false;
         }
         if (!took) {
-          stalled_ = true;
-          update_interest_locked();
-          if (owner_ != nullptr && owner_->take_retry()) engine_->schedule(this);
           *used = off;
           return false;
         }
@@ -945,6 +940,16 @@ bool Conn::answer_request_locked(const wire::Header& h) {
   return flush_locked();
 }
 
+bool Conn::place_locked() {
+  place_.status = RmaStatus::kOk;
+  place_.bad = false;
+  if (owner_ != nullptr && owner_->place(in_, &place_)) return true;
+  stalled_ = true;
+  update_interest_locked();
+  if (owner_ != nullptr && owner_->take_retry()) engine_->schedule(this);
+  return false;
+}
+
 bool Conn::deliver_direct_locked(const wire::Header& h) {
   // Only a peer this side proved and told it serves (shm.h) may send one; the copy uses the pid
   // proved, never one the peer names.
@@ -967,14 +972,7 @@ bool Conn::deliver_direct_locked(const wire::Header& h) {
   in_.via = this;
   in_.ack = ack_wanted(h);
   if (!have_place_) {
-    place_.status = RmaStatus::kOk;
-    place_.bad = false;
-    if (!owner_->place(in_, &place_)) {
-      stalled_ = true;
-      update_interest_locked();
-      if (owner_->take_retry()) engine_->schedule(this);
-      return false;
-    }
+    if (!place_locked()) return false;
     have_place_ = true;
   }
   // Whole into one buffer: both processes may copy (shm.h "Sharing a copy"); else what fits.
