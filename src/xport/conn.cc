@@ -36,7 +36,6 @@ constexpr int kIovBatch = 16;
 constexpr uint32_t kIn = EPOLLIN;
 constexpr uint32_t kOut = EPOLLOUT;
 // How long the target of a shared copy waits for the initiator to finish its part.
-constexpr std::chrono::seconds kSharePatience{1};
 
 bool is_data(wire::Op op) {
   return op == wire::Op::kMsg || op == wire::Op::kTagged;
@@ -70,12 +69,13 @@ class DirectRequest final : public DirectCopy {
  public:
   DirectRequest(int pid, bool write, size_t len) : peer_(pid), write_(write), len_(len) {}
   // From `min` bytes on, offers the initiator the second part of request `seq` through `seg`
-  // (shm.h "Sharing a copy").
-  void share(shm::Segment* seg, bool connecting, uint32_t seq, size_t min) {
+  // (shm.h "Sharing a copy"); `fd` is the connection's socket, whose end says the peer is gone.
+  void share(shm::Segment* seg, bool connecting, uint32_t seq, size_t min, int fd) {
     seg_ = seg;
     connecting_ = connecting;
     seq_ = seq;
     share_min_ = min;
+    fd_ = fd;
   }
   bool copy(void* at) const override {
     auto* here = static_cast<unsigned char*>(at);
@@ -91,7 +91,7 @@ class DirectRequest final : public DirectCopy {
     const uint64_t offered = seg_->offer_share(
         connecting_, {.seq = seq_, .offset = head, .addr = mid, .len = len_ - head});
     const bool first = move(here, 0, head);
-    switch (seg_->settle_share(connecting_, offered, kSharePatience)) {
+    switch (seg_->settle_share(connecting_, offered, fd_)) {
       case shm::ShareEnd::kDone:
         return first;
       case shm::ShareEnd::kStuck:
@@ -101,7 +101,7 @@ class DirectRequest final : public DirectCopy {
         return move(here + head, head, len_ - head) && first;
     }
   }
-  // The initiator claimed a part and did not finish it: the connection must end.
+  // The initiator claimed a part and ended without finishing it: the connection must end.
   bool stuck() const { return stuck_; }
   // Bytes [0, n) of the initiator's buffers into `into` (count ranges here), without sharing.
   bool copy_prefix(const iovec* into, size_t count, size_t n) const {
@@ -143,6 +143,7 @@ class DirectRequest final : public DirectCopy {
   bool connecting_ = false;
   uint32_t seq_ = 0;
   size_t share_min_ = 0;
+  int fd_ = -1;
   mutable bool stuck_ = false;
 };
 static_assert(wire::kMaxDirectEntries <= shm::kMaxPeerRanges);
@@ -884,9 +885,9 @@ bool Conn::answer_request_locked(const wire::Header& h) {
     a.len = copy.len();
     a.direct = &copy;
     a.write = write;
-    // Only a peer that proved it can reach this side's memory may copy a part itself.
-    if (seg_.peer_serves(shm_connecting_)) {
-      copy.share(&seg_, shm_connecting_, h.seq, engine_->config().share_min);
+    // Only a peer that showed it can write this side's memory may copy a part itself.
+    if (seg_.peer_serves(shm_connecting_) && seg_.peer_reaches()) {
+      copy.share(&seg_, shm_connecting_, h.seq, engine_->config().share_min, fd_.get());
     }
     const RmaStatus status = owner_->remote_access(a, nullptr);
     if (copy.stuck()) {
@@ -979,8 +980,8 @@ bool Conn::deliver_direct_locked(const wire::Header& h) {
   const size_t n = std::min(copy.len(), place_.capacity);
   bool copied = false;
   if (n == copy.len() && place_.iov_count >= 1 && place_.iov[0].iov_len >= n) {
-    if (seg_.peer_serves(shm_connecting_)) {
-      copy.share(&seg_, shm_connecting_, h.seq, engine_->config().share_min);
+    if (seg_.peer_serves(shm_connecting_) && seg_.peer_reaches()) {
+      copy.share(&seg_, shm_connecting_, h.seq, engine_->config().share_min, fd_.get());
     }
     copied = copy.copy(place_.iov[0].iov_base);
   } else {

@@ -214,12 +214,14 @@ class Conn final : public Connection, public Pollable {
   bool shm_connecting_ FABQ_GUARDED_BY(mu_) = false;  // this side created seg_
   // The peer's pid, proved (shm.h): this side serves its direct requests. 0: it does not.
   int direct_peer_pid_ FABQ_GUARDED_BY(mu_) = 0;
-  // The direct requests sent and not answered whose part the peer may offer, oldest first
-  // (the peer answers in order). A request that finds the ring full is not shared.
+  // The direct requests sent and not answered whose part the peer may offer, in the order of
+  // their seqs. A record goes when its answer comes, in whatever order answers come (before the
+  // op completes), when an offer names a later seq, and with the connection. Beyond
+  // kShareRecords a request is not shared.
   static constexpr size_t kShareRecords = 64;
   struct ShareRecord {
     uint32_t seq = 0;
-    TxOp* op = nullptr;  // alive while the peer's offer of it stands (it answers after)
+    TxOp* op = nullptr;  // alive while its record is: its answer removes the record first
   };
   ShareRecord shares_[kShareRecords] FABQ_GUARDED_BY(mu_);
   size_t share_head_ FABQ_GUARDED_BY(mu_) = 0;

@@ -74,6 +74,8 @@ void Conn::shm_agreed_locked(bool connecting) {
     direct_peer_pid_ = seg_.prove_peer(connecting);
     if (direct_peer_pid_ != 0) {
       seg_.serve_peer(connecting);
+      // So that the peer may offer this side parts of large copies (shm.h "Sharing a copy").
+      if (engine_->config().share_min != 0) seg_.reach_peer(connecting, direct_peer_pid_);
     } else {
       engine_->log(LogLevel::kInfo,
                    "this process cannot reach its peer's memory: large messages and one-sided "
@@ -120,25 +122,34 @@ void Conn::record_share_locked(TxOp* op) {
 }
 
 void Conn::forget_share_locked(uint32_t seq) {
-  if (share_count_ == 0 || shares_[share_head_].seq != seq) return;
-  share_head_ = (share_head_ + 1) % kShareRecords;
-  if (--share_count_ == 0) shares_waiting_.store(false, std::memory_order_relaxed);
+  // Wherever it is: answers may come out of order (an acknowledgement owed for a message its
+  // receiver buffered comes later; a hostile peer answers as it likes), and a record must never
+  // outlive its op, whose buffers the application may reuse once it completes.
+  for (size_t i = 0; i < share_count_; ++i) {
+    if (shares_[(share_head_ + i) % kShareRecords].seq != seq) continue;
+    for (size_t j = i; j + 1 < share_count_; ++j) {
+      shares_[(share_head_ + j) % kShareRecords] = shares_[(share_head_ + j + 1) % kShareRecords];
+    }
+    if (--share_count_ == 0) shares_waiting_.store(false, std::memory_order_relaxed);
+    return;
+  }
 }
 
 void Conn::take_share_locked() {
   shm::ShareOffer part;
   if (share_count_ == 0 || !seg_.share_offered(shm_connecting_, &part)) return;
-  // The peer answers requests in order: those recorded before the offered one are answered.
-  while (share_count_ > 0 && shares_[share_head_].seq != part.seq) {
+  // Records are in the order of their seqs. The target serves requests in order, so those
+  // before the offered one will not be offered any more; those after it may still be.
+  while (share_count_ > 0 && static_cast<int32_t>(shares_[share_head_].seq - part.seq) < 0) {
     share_head_ = (share_head_ + 1) % kShareRecords;
-    --share_count_;
+    if (--share_count_ == 0) shares_waiting_.store(false, std::memory_order_relaxed);
   }
-  if (share_count_ == 0) {
-    shares_waiting_.store(false, std::memory_order_relaxed);
+  if (share_count_ == 0 || shares_[share_head_].seq != part.seq) {
     return;  // not one this side recorded: the target copies it
   }
   TxOp* const op = shares_[share_head_].op;
   forget_share_locked(part.seq);
+  if (op->seq != part.seq || !op->direct) return;
   iovec bufs[wire::kMaxDirectEntries];
   size_t count = 0;
   const size_t bytes = direct_buffers(*op, bufs, &count);

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -59,6 +60,9 @@ struct ShareSlot {
   std::atomic<uint64_t> offset;
   std::atomic<uint64_t> addr;
   std::atomic<uint64_t> len;
+  // Where the slot's side keeps its reach cell (below); written once, by that side, in
+  // announce().
+  std::atomic<uint64_t> cell;
 };
 static_assert(sizeof(ShareSlot) == 64 && kShareOffset % 64 == 0);
 static_assert(kShareOffset == 576 && kShareOffset + 2 * sizeof(ShareSlot) <= kDataOffset,
@@ -78,10 +82,36 @@ ShareSlot& share_slot(void* base, int i) {
   return reinterpret_cast<ShareSlot*>(static_cast<unsigned char*>(base) + kShareOffset)[i];
 }
 
-// This side's pid and mapping, for the peer's proof.
-void announce(void* base, int side) {
+// Reach cells: private memory into which a peer writes the segment's nonce with
+// process_vm_writev() to show that it can write this process's memory (Segment::reach_peer(),
+// peer_reaches()). They live as long as the process, so the late write of a peer long gone
+// lands in a cell, never in memory freed and reused; a cell given to another segment since
+// then holds a nonce that is not that segment's, which only keeps that connection from
+// sharing.
+constexpr size_t kReachCells = 1024;
+std::atomic<uint64_t> g_reach_cells[kReachCells];
+std::atomic<uint32_t> g_next_reach_cell{0};
+
+// The peer's end of `fd` is closed, or the socket failed: the peer process ended, or its
+// connection did, which it cannot while it copies a claimed part (it claims and copies under
+// its connection's lock, and closes under it).
+bool peer_gone(int fd) {
+  pollfd p{.fd = fd, .events = POLLRDHUP, .revents = 0};
+  return poll(&p, 1, 0) != 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+uint32_t take_reach_cell() {
+  const uint32_t i = g_next_reach_cell.fetch_add(1, std::memory_order_relaxed) % kReachCells;
+  g_reach_cells[i].store(0, std::memory_order_relaxed);
+  return i;
+}
+
+// This side's pid, mapping and reach cell, for the peer's proofs.
+void announce(void* base, int side, uint32_t cell) {
   header(base)->pid[side].store(static_cast<uint64_t>(getpid()), std::memory_order_relaxed);
   header(base)->base[side].store(reinterpret_cast<uintptr_t>(base), std::memory_order_relaxed);
+  share_slot(base, side)
+      .cell.store(reinterpret_cast<uintptr_t>(&g_reach_cells[cell]), std::memory_order_relaxed);
 }
 
 std::atomic<uint32_t> g_next_id{1};
@@ -199,6 +229,7 @@ Segment::Segment(Segment&& o) noexcept
       id_(o.id_),
       nonce_(o.nonce_),
       share_gen_(o.share_gen_),
+      cell_(o.cell_),
       named_(std::exchange(o.named_, false)),
       lock_(std::move(o.lock_)) {}
 
@@ -210,6 +241,7 @@ Segment& Segment::operator=(Segment&& o) noexcept {
     id_ = o.id_;
     nonce_ = o.nonce_;
     share_gen_ = o.share_gen_;
+    cell_ = o.cell_;
     named_ = std::exchange(o.named_, false);
     lock_ = std::move(o.lock_);
   }
@@ -341,7 +373,8 @@ Segment Segment::create() {
   h->magic = kSegmentMagic;
   h->nonce = nonce;
   h->ring_bytes = kRingBytes;
-  announce(base, 0);
+  s.cell_ = take_reach_cell();
+  announce(base, 0, s.cell_);
   s.base_ = base;
   s.size_ = kSegmentBytes;
   s.nonce_ = nonce;
@@ -368,7 +401,8 @@ Segment Segment::open(uint64_t id, uint64_t nonce) {
   }
   // Mapped and proven to be the offer's: the name is no longer needed by anybody.
   shm_unlink(name.c_str());
-  announce(base, 1);
+  s.cell_ = take_reach_cell();
+  announce(base, 1, s.cell_);
   s.base_ = base;
   s.size_ = kSegmentBytes;
   s.id_ = id;
@@ -411,6 +445,19 @@ bool Segment::peer_serves(bool connecting) const {
   return header(base_)->serves[connecting ? 1 : 0].load(std::memory_order_acquire) != 0;
 }
 
+bool Segment::reach_peer(bool connecting, int pid) const {
+  // Whatever address the peer named: the nonce, which it knows, goes into memory the kernel
+  // lets this process write in the proved pid, as every direct copy may.
+  const uint64_t at = share_slot(base_, connecting ? 1 : 0).cell.load(std::memory_order_relaxed);
+  if (pid <= 0 || at == 0 || at % alignof(uint64_t) != 0 || at > UINTPTR_MAX - 8) return false;
+  const iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(at)), sizeof(nonce_)};
+  return PeerMemory(pid).write(&nonce_, sizeof(nonce_), &remote, 1);
+}
+
+bool Segment::peer_reaches() const {
+  return base_ != nullptr && g_reach_cells[cell_].load(std::memory_order_relaxed) == nonce_;
+}
+
 uint64_t Segment::offer_share(bool connecting, const ShareOffer& part) {
   ShareSlot& s = share_slot(base_, connecting ? 0 : 1);
   const uint64_t word = (++share_gen_ << 3) | kOffered;
@@ -423,8 +470,7 @@ uint64_t Segment::offer_share(bool connecting, const ShareOffer& part) {
   return word;
 }
 
-ShareEnd Segment::settle_share(bool connecting, uint64_t offered,
-                               std::chrono::nanoseconds patience) {
+ShareEnd Segment::settle_share(bool connecting, uint64_t offered, int peer_fd) {
   ShareSlot& s = share_slot(base_, connecting ? 0 : 1);
   const uint64_t gen = offered & ~kStateMask;
   uint64_t w = offered;
@@ -433,12 +479,14 @@ ShareEnd Segment::settle_share(bool connecting, uint64_t offered,
                                      std::memory_order_acquire)) {
     return ShareEnd::kTakenBack;
   }
-  const auto deadline = std::chrono::steady_clock::now() + patience;
   for (uint32_t spins = 1;; ++spins) {
     if (w == (gen | kDone)) return ShareEnd::kDone;
     // kFailed, or anything else a peer wrote: the part may not be there.
     if (w != (gen | kClaimed)) return ShareEnd::kNotDone;
-    if (spins % 1024 == 0 && std::chrono::steady_clock::now() > deadline) return ShareEnd::kStuck;
+    // No time limit: the claimant may be copying into this side's memory, and gives that up
+    // only by ending (shm.h "Sharing a copy"). A socket the peer's end of which is gone says
+    // it did.
+    if (spins % 4096 == 0 && peer_gone(peer_fd)) return ShareEnd::kStuck;
     core::cpu_relax();
     w = s.word.load(std::memory_order_acquire);
   }

@@ -24,7 +24,8 @@
 //                 +64, consumer_asleep at +128, producer_blocked at +192
 //      320        RingControl of ring 1 (the accepting side's frames)
 //      576        share slot of the connecting side as a target, then of the accepting side
-//                 (64 bytes each: state word, request seq, offset, address, length; u64 each)
+//                 (64 bytes each: state word, request seq, offset, address, length, and where
+//                 that side's reach cell is; u64 each)
 //     4096        ring 0's bytes, then ring 1's
 //
 // Its name is /fabq-<pid>-<n> (the creator's pid, a counter), which the offer carries as
@@ -73,23 +74,33 @@
 // itself non-dumpable since, or named memory it does not map) fails that one request.
 //
 // Sharing a copy. One copy is still one core's work, while the initiator's core waits for the
-// answer. From share_min bytes on (TransportConfig), a target whose peer proved it can reach
-// this side's memory (peer_serves()) offers the initiator the second part of the request,
-// page-aligned here, in its share slot (offer_share(): the request's seq, where the part
-// begins, where it is in the target's memory), copies the first part itself, then settles the
-// offer (settle_share()). The slot's word holds a generation and a state; it moves by
+// answer. From share_min bytes on (TransportConfig), a target whose peer showed it can write
+// this process's memory offers the initiator the second part of the request, page-aligned
+// here, in its share slot (offer_share(): the request's seq, where the part begins, where it
+// is in the target's memory), copies the first part itself, then settles the offer
+// (settle_share()). The slot's word holds a generation and a state; it moves by
 // compare-and-swap from kOffered to exactly one of kTaken (the target takes the part back:
 // the initiator did not claim it in time) or kClaimed (the initiator copies it with
 // process_vm_writev(), or process_vm_readv() for a read, then sets kDone or kFailed). The
 // target answers only after the whole request is in place: on kTaken or kFailed it copies the
-// part itself, on kClaimed it waits for the end. So nothing changes for order, completion
-// levels or the region's lifetime: the region is held for the whole request, as before. What
-// the peer writes into the slot is trusted for nothing but "the part is done": a peer that
-// writes anything but kDone gets its part copied by the target, and one that claims the part
-// and never finishes it fails its connection (kStuck) after a second. An initiator copies
-// only inside the request it recorded, into its own buffers' bounds; the address it writes to
-// or reads from is the target's (a target that names another one of its own addresses hurts
-// only itself).
+// part itself, on kClaimed it waits for the end, with no time limit, since an initiator that
+// claimed may be writing into the target's memory for as long as it runs: the region, or the
+// receive buffer, stays held until it is done. Only the end of the initiator's connection
+// (its socket hangs up: the process ended, or the connection, which it cannot while it copies)
+// ends the wait (kStuck, and the target's connection fails). A stopped initiator (a debugger,
+// SIGSTOP) therefore holds its target's progress until it resumes, as a peer holds libfabric's
+// shm provider. What the peer writes into the slot is trusted for nothing but "the part is
+// done": a peer that writes anything but kDone gets its part copied by the target. An
+// initiator copies only inside a request it recorded and has not seen answered, into its own
+// buffers' bounds; the address it writes to or reads from is the target's (a target that names
+// another one of its own addresses hurts only itself).
+//
+// Who may be offered a part. Waiting without a limit is safe only for a peer that could harm
+// this process anyway, so a target offers parts only to a peer that showed it can write this
+// process's memory: each side keeps a private reach cell (process-lifetime, announced in its
+// share slot), and a side that proved its peer writes the segment's nonce into the peer's cell
+// with process_vm_writev() (reach_peer()). A peer that merely claims to serve (writes its flag)
+// gets no offers, and its claims find nothing to claim.
 //
 // Thread safety: a Segment and its Rings belong to one connection and are used under its lock,
 // except the lock-free checks (readable(), writable(), arm_consumer()) that the progress engine
@@ -127,7 +138,7 @@ enum class ShareEnd : uint8_t {
   kTakenBack,  // the initiator had not claimed it: the target copies the part
   kDone,       // the initiator copied it
   kNotDone,    // the initiator could not (or wrote what no initiator writes): the target copies it
-  kStuck,      // the initiator claimed it and did not finish within the patience given
+  kStuck,      // the initiator claimed it and ended (its socket hung up) without finishing
 };
 
 enum class Status : uint8_t {
@@ -236,6 +247,12 @@ class Segment {
   int prove_peer(bool connecting) const;
   // This side serves the peer's direct requests. Release: pairs with peer_serves().
   void serve_peer(bool connecting);
+  // Shows the peer `pid` (proved) that this side can write its memory: writes the nonce into
+  // the peer's reach cell. False if the kernel refuses or the peer named no cell.
+  bool reach_peer(bool connecting, int pid) const;
+  // The peer wrote the nonce into this side's reach cell: it can write this process's memory,
+  // and may be offered parts (Who may be offered a part, above). Lock-free.
+  bool peer_reaches() const;
   // The peer serves this side's direct requests. Acquire. Lock-free: a peer that wrote it
   // only hurts itself (it receives requests naming this side's buffers, which the kernel
   // already let it reach).
@@ -243,9 +260,10 @@ class Segment {
 
   // Sharing a copy (above). The target's side, under its connection's lock: offers part
   // (its word is ignored) and returns the word that names the offer; then settles it, spinning
-  // while the initiator copies, at most `patience`.
+  // while the initiator copies, until it is done or `peer_fd` (the connection's socket) says
+  // the peer's end is gone.
   uint64_t offer_share(bool connecting, const ShareOffer& part);
-  ShareEnd settle_share(bool connecting, uint64_t offered, std::chrono::nanoseconds patience);
+  ShareEnd settle_share(bool connecting, uint64_t offered, int peer_fd);
   // The initiator's side: an offer of the peer's now, its fields read (acquire: the ones the
   // target wrote before it); claims it (false if the target took it back or offered another
   // since); says it is done. Lock-free, any thread; a stale answer only loses the offer.
@@ -264,6 +282,7 @@ class Segment {
   uint64_t id_ = 0;
   uint64_t nonce_ = 0;
   uint64_t share_gen_ = 0;  // this side's offers so far
+  uint32_t cell_ = 0;       // this side's reach cell
   bool named_ = false;      // this side still has to unlink the name
   // The creator's: its flock(LOCK_SH) says "this name is mine" to every sweep until unlink().
   // A child forked meanwhile shares the lock, and keeps the name too while it runs.

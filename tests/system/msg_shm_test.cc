@@ -16,7 +16,9 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fabq/fi_fabq.h"
@@ -486,10 +488,10 @@ TEST(MsgShm, AProvedPeersDirectMessageIsCopiedIntoTheReceiveAndOneFromUnmappedMe
   EXPECT_EQ(raw.join(&t.s), 0);
 }
 
-// Sharing a copy (shm.h): fabq as the target offers a peer that says it can reach fabq's memory
-// the second part of a large direct write, in its share slot (the accepting side's, at 640:
-// word, then the request's seq). The word is generation << 3 | state (1 offered, 2 taken back, 3
-// claimed, 4 done, 5 failed).
+// Sharing a copy (shm.h): fabq as the target offers a peer that wrote the segment's nonce into
+// fabq's memory (its reach cell) the second part of a large direct write, in its share slot
+// (the accepting side's, at 640: word, then the request's seq). The word is generation << 3 |
+// state (1 offered, 2 taken back, 3 claimed, 4 done, 5 failed).
 constexpr size_t kShareWord = 640;
 // Above the default share minimum (256 KiB), and long enough that fabq's half takes a while.
 constexpr size_t kShareLen = (2u << 20) + 12345;
@@ -524,7 +526,7 @@ bool claim_offer(const View& v, uint64_t before, int count, uint64_t* gen) {
   return false;
 }
 
-TEST(MsgShm, APeerThatTakesPartOfACopyAndFailsOrNeverFinishesIsCoveredThenCutOff) {
+TEST(MsgShm, OnlyAPeerThatWroteFabqsMemoryIsOfferedPartsAndItsClaimsAreCoveredOrWaitedFor) {
   SKIP_UNLESS_FABQ();
   constexpr size_t kSecond = kShareLen + 65536;  // where each write goes in the region
   constexpr size_t kThird = 2 * kSecond;
@@ -538,7 +540,7 @@ TEST(MsgShm, APeerThatTakesPartOfACopyAndFailsOrNeverFinishesIsCoveredThenCutOff
     if (!conn.handshake("share", &mine.offer, &flags)) return;
     ASSERT_NE(flags & kShmAccept, 0u);
     ASSERT_EQ(view.at<uint32_t>(kServesOf[1]).load(), 1u) << "fabq did not prove its peer";
-    // This side says it can reach fabq's memory (it never tries).
+    // This side says it can reach fabq's memory, without showing it.
     view.at<uint32_t>(kServesOf[0]).store(1, std::memory_order_release);
     shm::Ring tx = mine.seg.tx(/*connecting=*/true);
     shm::Ring rx = mine.seg.rx(/*connecting=*/true);
@@ -553,8 +555,17 @@ TEST(MsgShm, APeerThatTakesPartOfACopyAndFailsOrNeverFinishesIsCoveredThenCutOff
       std::string payload;
       return ring_frame(rx, &h, &payload) && h.op == kRmaAck && h.seq == answered && h.data == 0;
     };
-    // 1. An offer left alone: fabq takes it back and copies the whole write.
+    // 0. Saying so is not enough: fabq offers nothing, and copies every write whole.
     const std::string first = pattern(kShareLen, 1);
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(write(first, 0));
+      ASSERT_TRUE(acked_as(seq));
+    }
+    EXPECT_EQ(offers_made(view), 0u) << "an offer to a peer that never wrote fabq's memory";
+    // Now it shows it: the nonce into fabq's reach cell, with process_vm_writev().
+    const uint64_t fabq_pid = view.at<uint64_t>(kPidOf[1]).load();
+    ASSERT_TRUE(mine.seg.reach_peer(/*connecting=*/true, static_cast<int>(fabq_pid)));
+    // 1. An offer left alone: fabq takes it back and copies the whole write.
     ASSERT_TRUE(write(first, 0));
     ASSERT_TRUE(acked_as(seq));
     // Whether this side sees an offer before fabq takes it back is the scheduler's business:
@@ -585,24 +596,44 @@ TEST(MsgShm, APeerThatTakesPartOfACopyAndFailsOrNeverFinishesIsCoveredThenCutOff
       }
     }
     EXPECT_TRUE(failed_one) << "fabq took back every offer before this side could claim one";
-    // 3. An offer claimed and never finished: fabq gives up after a second and cuts this
-    // connection off.
+    // 3. An offer claimed and finished late, after longer than any time limit would allow:
+    // fabq waits (this side might be writing into its memory all along), and answers.
     const std::string third = pattern(kShareLen, 3);
-    bool stuck = false;
-    for (int burst = 0; burst < kBursts && !stuck; ++burst) {
+    bool slow = false;
+    for (int burst = 0; burst < kBursts && !slow; ++burst) {
       const uint32_t from = seq + 1;
       const uint64_t before = offers_made(view);
       for (int i = 0; i < kBurst; ++i) {
         ASSERT_TRUE(write(third, kThird));
       }
       uint64_t gen = 0;
-      stuck = claim_offer(view, before, kBurst, &gen);
-      for (uint32_t answered = from; !stuck && answered <= seq; ++answered) {
+      if (claim_offer(view, before, kBurst, &gen)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        // "Done" without copying: the part keeps the region's own bytes.
+        view.at<uint64_t>(kShareWord).store(gen | 4, std::memory_order_release);
+        slow = true;
+      }
+      for (uint32_t answered = from; answered <= seq; ++answered) {
         ASSERT_TRUE(acked_as(answered));
       }
     }
-    ASSERT_TRUE(stuck);
-    EXPECT_TRUE(conn.closed_by_peer()) << "fabq kept a connection that never finished its part";
+    ASSERT_TRUE(slow);
+    // 4. An offer claimed by a peer that then ends: fabq stops waiting and cuts it off.
+    bool claimed = false;
+    for (int burst = 0; burst < kBursts && !claimed; ++burst) {
+      const uint32_t from = seq + 1;
+      const uint64_t before = offers_made(view);
+      for (int i = 0; i < kBurst; ++i) {
+        ASSERT_TRUE(write(third, kThird));
+      }
+      uint64_t gen = 0;
+      claimed = claim_offer(view, before, kBurst, &gen);
+      for (uint32_t answered = from; !claimed && answered <= seq; ++answered) {
+        ASSERT_TRUE(acked_as(answered));
+      }
+    }
+    ASSERT_TRUE(claimed);
+    conn.close_now();
     link.signal('x');
   });
   RmaTarget t(kThird + kShareLen + 65536);
@@ -611,7 +642,7 @@ TEST(MsgShm, APeerThatTakesPartOfACopyAndFailsOrNeverFinishesIsCoveredThenCutOff
   ASSERT_NO_FATAL_FAILURE(expect_req_err(t.s));
   EXPECT_EQ(std::string(t.region(), kShareLen), pattern(kShareLen, 1));
   EXPECT_EQ(std::string(t.region() + kSecond, kShareLen), pattern(kShareLen, 2));
-  // The third write's range holds its bytes, or (the part given away) the region's own.
+  // The third writes' range holds their bytes, or (a part given away) the region's own.
   const std::string third = pattern(kShareLen, 3);
   for (size_t i = 0; i < kShareLen; ++i) {
     const char c = t.region()[kThird + i];

@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "core/unique_fd.h"
@@ -261,11 +263,39 @@ TEST(ShmSegment, MoveAssignmentOverACreatedSegmentRemovesTheOldName) {
 // --- Sharing a copy (shm.h): one offer at a time per target, each ending exactly one way.
 
 struct SharePair {
+  SharePair() {
+    int fds[2] = {-1, -1};
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0) {
+      target_end.reset(fds[0]);
+      initiator_end.reset(fds[1]);
+    }
+  }
   Segment initiator = Segment::create();  // the connecting side
   Segment target = Segment::open(initiator.id(), initiator.nonce());
+  // The connection's socket, as the target's settle_share() watches it.
+  core::UniqueFd target_end;
+  core::UniqueFd initiator_end;
+  int fd() const { return target_end.get(); }
   static constexpr ShareOffer kPart{.seq = 7, .offset = 4096, .addr = 0x1000, .len = 100};
 };
-constexpr std::chrono::milliseconds kPatience{20};
+
+TEST(ShmShare, OnlyAPeerThatWroteTheNonceIntoThisSidesMemoryReachesIt) {
+  SharePair p;
+  ASSERT_TRUE(p.target.valid());
+  EXPECT_FALSE(p.target.peer_reaches()) << "nobody wrote its reach cell yet";
+  EXPECT_FALSE(p.initiator.peer_reaches());
+  // A peer that writes its flag serves nothing more than before: it still reaches no memory.
+  p.initiator.serve_peer(true);
+  EXPECT_FALSE(p.target.peer_reaches());
+  EXPECT_FALSE(p.initiator.reach_peer(true, 0)) << "no pid";
+  ASSERT_TRUE(p.initiator.reach_peer(true, getpid()));
+  EXPECT_TRUE(p.target.peer_reaches());
+  EXPECT_FALSE(p.initiator.peer_reaches()) << "each side's cell is its own";
+  // Another pair's nonce in a cell is not this one's.
+  SharePair other;
+  ASSERT_TRUE(other.target.valid());
+  EXPECT_FALSE(other.target.peer_reaches());
+}
 
 TEST(ShmShare, TheInitiatorSeesTheOfferWithItsFieldsAndATargetThatTakesItBackCopiesItself) {
   SharePair p;
@@ -280,7 +310,7 @@ TEST(ShmShare, TheInitiatorSeesTheOfferWithItsFieldsAndATargetThatTakesItBackCop
   EXPECT_EQ(seen.addr, 0x1000u);
   EXPECT_EQ(seen.len, 100u);
   EXPECT_FALSE(p.target.share_offered(false, &seen)) << "a side sees its peer's offers only";
-  EXPECT_EQ(p.target.settle_share(false, offered, kPatience), ShareEnd::kTakenBack);
+  EXPECT_EQ(p.target.settle_share(false, offered, p.fd()), ShareEnd::kTakenBack);
   EXPECT_FALSE(p.initiator.claim_share(true, seen)) << "claimed after it was taken back";
   EXPECT_FALSE(p.initiator.share_offered(true, &seen));
 }
@@ -295,7 +325,7 @@ TEST(ShmShare, AClaimedPartIsDoneOrNotDoneAsTheInitiatorSays) {
     ASSERT_TRUE(p.initiator.claim_share(true, seen));
     EXPECT_FALSE(p.initiator.claim_share(true, seen)) << "claimed twice";
     p.initiator.finish_share(true, seen, copied);
-    EXPECT_EQ(p.target.settle_share(false, offered, kPatience),
+    EXPECT_EQ(p.target.settle_share(false, offered, p.fd()),
               copied ? ShareEnd::kDone : ShareEnd::kNotDone);
   }
 }
@@ -306,30 +336,47 @@ TEST(ShmShare, AnOldOffersClaimDoesNotTakeTheNextOne) {
   const uint64_t first = p.target.offer_share(false, SharePair::kPart);
   ShareOffer old;
   ASSERT_TRUE(p.initiator.share_offered(true, &old));
-  ASSERT_EQ(p.target.settle_share(false, first, kPatience), ShareEnd::kTakenBack);
+  ASSERT_EQ(p.target.settle_share(false, first, p.fd()), ShareEnd::kTakenBack);
   const uint64_t second = p.target.offer_share(false, SharePair::kPart);
   EXPECT_NE(second, first) << "each offer has its own generation";
   EXPECT_FALSE(p.initiator.claim_share(true, old));
-  EXPECT_EQ(p.target.settle_share(false, second, kPatience), ShareEnd::kTakenBack);
+  EXPECT_EQ(p.target.settle_share(false, second, p.fd()), ShareEnd::kTakenBack);
 }
 
-TEST(ShmShare, AClaimNeverFinishedIsStuckAfterThePatienceAndAnythingElseIsNotDone) {
+TEST(ShmShare, AClaimedPartIsWaitedForHoweverLongItTakes) {
+  SharePair p;
+  ASSERT_TRUE(p.target.valid());
+  const uint64_t offered = p.target.offer_share(false, SharePair::kPart);
+  ShareOffer seen;
+  ASSERT_TRUE(p.initiator.share_offered(true, &seen));
+  ASSERT_TRUE(p.initiator.claim_share(true, seen));
+  constexpr std::chrono::milliseconds kSlow{1500};  // longer than any time limit would be
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread slow([&] {
+    std::this_thread::sleep_for(kSlow);
+    p.initiator.finish_share(true, seen, true);
+  });
+  EXPECT_EQ(p.target.settle_share(false, offered, p.fd()), ShareEnd::kDone);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, kSlow);
+  slow.join();
+}
+
+TEST(ShmShare, AClaimWhosePeerEndedIsStuckAndAnythingElseIsNotDone) {
   SharePair p;
   ASSERT_TRUE(p.target.valid());
   uint64_t offered = p.target.offer_share(false, SharePair::kPart);
   ShareOffer seen;
   ASSERT_TRUE(p.initiator.share_offered(true, &seen));
   ASSERT_TRUE(p.initiator.claim_share(true, seen));
-  const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(p.target.settle_share(false, offered, kPatience), ShareEnd::kStuck);
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, kPatience);
+  p.initiator_end.reset();  // the initiator's process or connection ended
+  EXPECT_EQ(p.target.settle_share(false, offered, p.fd()), ShareEnd::kStuck);
   // A peer that writes a word of another generation, or no state at all, has done nothing.
   offered = p.target.offer_share(false, SharePair::kPart);
   ASSERT_TRUE(p.initiator.share_offered(true, &seen));
   seen.word += 8;  // the next generation's offer
   ASSERT_FALSE(p.initiator.claim_share(true, seen));
   p.initiator.finish_share(true, seen, true);
-  EXPECT_EQ(p.target.settle_share(false, offered, kPatience), ShareEnd::kNotDone);
+  EXPECT_EQ(p.target.settle_share(false, offered, p.fd()), ShareEnd::kNotDone);
 }
 
 TEST(ShmShare, SliceGivesTheRangesOfAWindowOfBuffersLaidEndToEnd) {
