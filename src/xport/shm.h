@@ -123,6 +123,9 @@ namespace fabq::xport::shm {
 
 // Bytes of each ring; a power of two.
 inline constexpr size_t kRingBytes = 256 * 1024;
+// A producer publishes its tail at least every this many bytes of one write(), not only at its
+// end: the consumer copies a large frame out while the rest is still being copied in.
+inline constexpr size_t kPublishEvery = 8 * 1024;
 
 // A part of a direct request that its target offers the initiator (Sharing a copy, above).
 struct ShareOffer {
@@ -176,9 +179,9 @@ class Ring {
   // said it is blocked: the caller owes it a doorbell.
   [[nodiscard]] bool consume(size_t n);
   // Producer: copies as much of iov[0..cnt) as fits; returns the bytes written (0 when full).
-  // The tail (seq_cst, so also a release), then the consumer's flag: *bell tells whether the
-  // consumer asked for a doorbell (the flag is cleared). kCorrupt if the peer's head is
-  // impossible.
+  // Publishes the tail every kPublishEvery bytes on the way (release) and at the end (seq_cst,
+  // so also a release), then loads the consumer's flag: *bell tells whether the consumer asked
+  // for a doorbell (the flag is cleared). kCorrupt if the peer's head is impossible.
   [[nodiscard]] Status write(const iovec* iov, int cnt, size_t* written, bool* bell);
   // Producer found the ring full: announces it, then looks again. True if there is room now
   // (write again instead of waiting).
