@@ -635,11 +635,15 @@ TEST(MsgShm, OnlyAPeerThatWroteFabqsMemoryIsOfferedPartsAndItsClaimsAreCoveredOr
     ASSERT_TRUE(claimed);
     conn.close_now();
     link.signal('x');
+    // fabq may still be copying its own part of that write from `third`: it stays alive until
+    // fabq has failed the connection.
+    EXPECT_TRUE(link.wait('y'));
   });
   RmaTarget t(kThird + kShareLen + 65536);
   ASSERT_NO_FATAL_FAILURE(t.accept(raw));
   ASSERT_TRUE(t.s.await(raw.link(), 'x'));
   ASSERT_NO_FATAL_FAILURE(expect_req_err(t.s));
+  ASSERT_TRUE(raw.link().signal('y'));
   EXPECT_EQ(std::string(t.region(), kShareLen), pattern(kShareLen, 1));
   EXPECT_EQ(std::string(t.region() + kSecond, kShareLen), pattern(kShareLen, 2));
   // The third writes' range holds their bytes, or (a part given away) the region's own.
