@@ -157,14 +157,32 @@ bool Ring::consume(size_t n) {
 }
 
 Status Ring::write(const iovec* iov, int cnt, size_t* written, bool* bell) {
+  return write(iov, cnt, /*whole=*/false, written, bell);
+}
+
+Status Ring::write_whole(const iovec* iov, int cnt, bool* written, bool* bell) {
+  size_t n = 0;
+  const Status s = write(iov, cnt, /*whole=*/true, &n, bell);
+  *written = n != 0;
+  return s;
+}
+
+Status Ring::write(const iovec* iov, int cnt, bool whole, size_t* written, bool* bell) {
   *written = 0;
   *bell = false;
-  // Acquire: pairs with the consumer's release of its head; it is done with those bytes.
-  const uint64_t head = ctl_->head.load(std::memory_order_acquire);
   uint64_t tail = ctl_->tail.load(std::memory_order_relaxed);
-  const uint64_t used = tail - head;
+  size_t want = 0;
+  for (int i = 0; i < cnt; ++i) want += iov[i].iov_len;
+  // The consumer's head is read only when the copy of it does not leave room for all of this:
+  // its cache line was last written by the other core, and most writes fit.
+  if (tail - head_seen_ > kRingBytes || kRingBytes - (tail - head_seen_) < want) {
+    // Acquire: pairs with the consumer's release of its head; it is done with those bytes.
+    head_seen_ = ctl_->head.load(std::memory_order_acquire);
+  }
+  const uint64_t used = tail - head_seen_;
   if (used > kRingBytes) return Status::kCorrupt;
   size_t room = kRingBytes - static_cast<size_t>(used);
+  if (whole && room < want) return Status::kOk;
   uint64_t published = tail;
   for (int i = 0; i < cnt && room > 0; ++i) {
     const auto* src = static_cast<const unsigned char*>(iov[i].iov_base);

@@ -167,7 +167,8 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free, "rings are shared betw
 class Ring {
  public:
   Ring() = default;
-  Ring(RingControl* ctl, unsigned char* data) : ctl_(ctl), data_(data) {}
+  Ring(RingControl* ctl, unsigned char* data)
+      : ctl_(ctl), data_(data), head_seen_(ctl->head.load(std::memory_order_acquire)) {}
   bool valid() const { return ctl_ != nullptr; }
 
   // Consumer. Bytes ready to read, and a pointer to the first `*contiguous` of them (the rest
@@ -181,8 +182,12 @@ class Ring {
   // Producer: copies as much of iov[0..cnt) as fits; returns the bytes written (0 when full).
   // Publishes the tail every kPublishEvery bytes on the way (release) and at the end (seq_cst,
   // so also a release), then loads the consumer's flag: *bell tells whether the consumer asked
-  // for a doorbell (the flag is cleared). kCorrupt if the peer's head is impossible.
+  // for a doorbell (the flag is cleared). The consumer's head is read (acquire) only when the
+  // copy of it kept from the last read leaves less room than all of iov: kCorrupt if it is then
+  // impossible (a corrupted head is caught when the producer needs the room it would give).
   [[nodiscard]] Status write(const iovec* iov, int cnt, size_t* written, bool* bell);
+  // Producer: the same for all of iov[0..cnt) or nothing: *written tells which.
+  [[nodiscard]] Status write_whole(const iovec* iov, int cnt, bool* written, bool* bell);
   // Producer found the ring full: announces it, then looks again. True if there is room now
   // (write again instead of waiting).
   bool arm_producer();
@@ -197,8 +202,13 @@ class Ring {
   bool writable() const;
 
  private:
+  Status write(const iovec* iov, int cnt, bool whole, size_t* written, bool* bell);
+
   RingControl* ctl_ = nullptr;
   unsigned char* data_ = nullptr;
+  // Producer: the consumer's head as last read. Heads only grow, so the room it implies is never
+  // more than there is.
+  uint64_t head_seen_ = 0;
 };
 
 // A mapped segment. Move-only; unmaps (and, if this side still holds the name, unlinks it and

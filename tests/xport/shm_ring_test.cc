@@ -14,7 +14,7 @@ namespace {
 
 // A ring over memory of the test's own, so that the test can also play a peer that writes
 // whatever it likes into the control block. Producer and consumer use the same Ring: it keeps
-// no state of its own but the two pointers.
+// no state of its own but the two pointers and the producer's copy of the head.
 class ShmRing : public testing::Test {
  protected:
   void fill() {
@@ -279,11 +279,12 @@ TEST_F(ShmRing, TailExactlyARingAheadOfTheHeadIsAFullRingNotCorruption) {
 TEST_F(ShmRing, HeadPastTheTailIsCorruptAndTheWriteStoresNothing) {
   ctl_.tail.store(4);
   ctl_.head.store(5);
+  Ring producer(&ctl_, data_.data());  // it reads the head when it starts
   const Bytes b = pattern(16);
   iovec iov{const_cast<unsigned char*>(b.data()), b.size()};
   size_t written = 1;
   bool bell = true;
-  EXPECT_EQ(ring_.write(&iov, 1, &written, &bell), Status::kCorrupt);
+  EXPECT_EQ(producer.write(&iov, 1, &written, &bell), Status::kCorrupt);
   EXPECT_EQ(written, 0u);
   EXPECT_FALSE(bell);
   EXPECT_EQ(ctl_.tail.load(), 4u);
@@ -292,6 +293,22 @@ TEST_F(ShmRing, HeadPastTheTailIsCorruptAndTheWriteStoresNothing) {
   size_t contiguous = 0;
   size_t avail = 0;
   EXPECT_EQ(ring_.peek(&p, &contiguous, &avail), Status::kCorrupt);
+}
+
+TEST_F(ShmRing, AProducerReadsTheHeadAgainOnlyWhenTheRoomItKnowsOfIsTooSmall) {
+  // The head's cache line is the consumer's: reading it at every write would cost a transfer
+  // between cores per message. A head the consumer corrupts meanwhile is caught at that read.
+  const Bytes b = pattern(16);
+  ASSERT_EQ(write_bytes(ring_, b), b.size());
+  ctl_.head.store(1000);  // past the tail (16, then 32)
+  ASSERT_EQ(write_bytes(ring_, b), b.size()) << "the room known before was enough: no read";
+  const Bytes big(kRingBytes - 16, 0x11);
+  iovec iov{const_cast<unsigned char*>(big.data()), big.size()};
+  size_t written = 1;
+  bool bell = true;
+  EXPECT_EQ(ring_.write(&iov, 1, &written, &bell), Status::kCorrupt);
+  EXPECT_EQ(written, 0u);
+  EXPECT_EQ(ctl_.tail.load(), 32u);
 }
 
 TEST(ShmSegment, IndicesAPeerCorruptedInALiveSegmentAreCaught) {
