@@ -182,6 +182,7 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   bool place(const Incoming& in, Placement* p) override;
   // `in`'s payload has arrived whole. True: send the delivery acknowledgement now.
   bool placed(const Incoming& in, Placement* p) override;
+  bool deliver(const Incoming& in, const unsigned char* bytes) override;
   // The connection ended inside the message `p` was placing: its receive goes back (a buffered
   // part is dropped), as if the message had never come: to the oldest message buffered
   // meanwhile that it matches, else to the head of the queue.
@@ -249,6 +250,13 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // connected), -FI_EAGAIN (no free slot in the ring; RDM: the peer's connection closed
   // meanwhile), the transmit CQ's refusal of a slot (full: -FI_EAGAIN), or the transport's error.
   ssize_t post_send(const SendRequest& req);
+  // post_send's fast path for an inject-level message (fi_inject & co.) to a peer whose
+  // connection moves frames through shared memory: written at once, with no transmit slot, no
+  // upcall and nothing to complete but the send counter. kNotInline when the ordinary path
+  // must take it (no connection yet, a completion level above the default in the endpoint's
+  // op_flags, a fault rule armed, the ring busy or full, any error), having done nothing.
+  static constexpr ssize_t kNotInline = 1;
+  ssize_t inject_inline(const SendRequest& req, size_t len) FABQ_EXCLUDES(mu_);
   // RDM: the connection to `dest` (made if there is none, or the last one closed), under mu_.
   // *fresh says it is new and must be connected once mu_ is released; a closed one it replaces
   // goes to *dead, to be destroyed then too.
@@ -311,6 +319,11 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // its slot.
   void finish_send(TxOp* op, int err, std::vector<uint32_t>* events,
                    xport::RmaStatus status = xport::RmaStatus::kOk) FABQ_REQUIRES(mu_);
+  // place() under mu_.
+  bool place_locked(const Incoming& in, Placement* p) FABQ_REQUIRES(mu_);
+  // placed() under mu_; the CQ events it causes are added to the outbox, *events is scratch.
+  bool placed_locked(const Incoming& in, Placement* p, std::vector<uint32_t>* events)
+      FABQ_REQUIRES(mu_);
   // place() of a peer's write and of the answer to this endpoint's read or atomic.
   bool place_write_locked(const Incoming& in, Placement* p) FABQ_REQUIRES(mu_);
   bool place_answer_locked(const Incoming& in, Placement* p) FABQ_REQUIRES(mu_);

@@ -65,6 +65,9 @@ class AsyncTarget {
   // serial orders nothing, it only names the object.
   uint64_t serial() const { return serial_.load(std::memory_order_relaxed); }
 
+  // Whether a fault rule was ever armed on it (acquire, pairing with the release that armed
+  // one): if not, count_operation() decides nothing and take_net_fault() returns kNone.
+  bool faults_armed() const { return has_faults_.load(std::memory_order_acquire); }
   // Counts one operation against the armed triggers. Cheap when nothing is armed (one acquire
   // load, pairing with the release that armed one). Takes fault_mu_, a leaf: any caller.
   FaultAction count_operation() FABQ_EXCLUDES(fault_mu_);

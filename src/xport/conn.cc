@@ -340,6 +340,39 @@ int Conn::submit(TxOp* op) {
   return 0;
 }
 
+InlineResult Conn::send_inline(const InlineSend& s) {
+  core::MutexLock lock(mu_);
+  // Only where nothing could be ahead of it: what submit() queued is written first.
+  if (!tx_shm_ || shutting_ || state() != State::kConnected || send_count_ != 0 || mid_frame_ ||
+      tx_switch_pending_ || ctrl_off_ < ctrl_.size() || s.iov_count > kMaxIov) {
+    return InlineResult::kQueue;
+  }
+  wire::Header h;
+  h.op = s.tagged ? wire::Op::kTagged : wire::Op::kMsg;
+  h.length = static_cast<uint32_t>(s.len);
+  h.tag = s.tagged ? s.tag : 0;
+  if (s.has_data) {
+    h.flags |= wire::kRemoteData;
+    h.data = s.data;
+  }
+  // seq names a send to its answers; this one asks for none.
+  unsigned char header[wire::kHeaderSize];
+  wire::encode(h, header);
+  iovec iov[1 + kMaxIov];
+  iov[0] = {header, sizeof(header)};
+  for (size_t i = 0; i < s.iov_count; ++i) iov[1 + i] = s.iov[i];
+  bool written = false;
+  bool bell = false;
+  if (tx_ring_.write_whole(iov, static_cast<int>(1 + s.iov_count), &written, &bell) !=
+      shm::Status::kOk) {
+    fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "the peer corrupted a shared ring");
+    return InlineResult::kQueue;  // submit() finds it closed
+  }
+  if (!written) return InlineResult::kQueue;
+  if (bell) doorbell_locked();
+  return InlineResult::kSent;
+}
+
 // A message of at least direct_msg_min bytes, a write (without CQ data) or a read of at least
 // direct_min, to a peer that serves direct requests: its frame describes its buffers instead of
 // carrying their bytes.
@@ -704,6 +737,20 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
     }
     if (!framer_.in_header() || framer_.frame_done()) {
       const wire::Header& h = framer_.header();
+      if (is_placed(h) && !have_place_ && is_data(h.op) && !is_direct(h) &&
+          in_.ack == AckWanted::kNone && (comm_est_ || rdm_) &&
+          framer_.payload_left() == h.length && n - off >= h.length) {
+        // A whole message that asks for no answer: handed over in one upcall. (A MSG
+        // connection's first one raises COMM_EST once placed: frame_done_locked().)
+        if (!deliver_locked(p + off)) {
+          *used = off;
+          return false;
+        }
+        off += framer_.take_payload(h.length);
+        framer_.next_frame();
+        placed_ = 0;
+        continue;
+      }
       if (is_placed(h) && !have_place_) {
         const bool took = place_locked();
         if (took && place_.bad) {
@@ -939,6 +986,14 @@ bool Conn::answer_request_locked(const wire::Header& h) {
   r.data = static_cast<uint64_t>(status);
   wire::encode(r, ctrl_.data() + at);
   return flush_locked();
+}
+
+bool Conn::deliver_locked(const unsigned char* bytes) {
+  if (owner_ != nullptr && owner_->deliver(in_, bytes)) return true;
+  stalled_ = true;
+  update_interest_locked();
+  if (owner_ != nullptr && owner_->take_retry()) engine_->schedule(this);
+  return false;
 }
 
 bool Conn::place_locked() {

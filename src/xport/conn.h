@@ -57,6 +57,7 @@ class Conn final : public Connection, public Pollable {
   int reject(const void* data, size_t len) override;
   int shutdown() override;
   int submit(TxOp* op) override;
+  InlineResult send_inline(const InlineSend& s) override;
   void ack_delivered(uint32_t seq) override;
   void ack_delivered_later(uint32_t seq) override;
   void resume() override;
@@ -109,6 +110,9 @@ class Conn final : public Connection, public Pollable {
   // Asks the owner where in_'s payload goes (place_). Refused: the connection stalls until
   // resume() (or retries every round when the owner says so) and this returns false.
   bool place_locked() FABQ_REQUIRES(mu_);
+  // A whole message (in_) that wants no acknowledgement, its payload at `bytes`: given to the
+  // owner in one upcall (Owner::deliver). Refused: stalls as place_locked() does; false.
+  bool deliver_locked(const unsigned char* bytes) FABQ_REQUIRES(mu_);
   // Does what the Handshake says about a whole frame of the handshake (or kShutdown).
   bool handshake_frame_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   // A whole kReadReq, kAtomic or direct kWrite (its payload in req_buf_): the owner performs

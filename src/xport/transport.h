@@ -26,6 +26,7 @@
 #include <netinet/in.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -270,6 +271,16 @@ struct Placement {
   }
 };
 
+// Copies bytes[0..n) into p's buffers in order (n at most p.capacity).
+inline void copy_into(const Placement& p, const unsigned char* bytes, size_t n) {
+  for (size_t i = 0; i < p.iov_count && n > 0; ++i) {
+    const size_t c = std::min(n, p.iov[i].iov_len);
+    if (c > 0) std::memcpy(p.iov[i].iov_base, bytes, c);
+    bytes += c;
+    n -= c;
+  }
+}
+
 // --- Upcalls
 
 // What owns connections: an endpoint. The transport calls it, holding the connection's lock, as
@@ -281,6 +292,16 @@ class Owner {
   // `in`'s payload has arrived whole. True: send the delivery acknowledgement now. A kWrite is
   // answered with p->status whatever this returns.
   virtual bool placed(const Incoming& in, Placement* p) = 0;
+  // A message (kMsg) that asks for no acknowledgement, whose whole payload is `bytes`
+  // (in.len of them, readable for the call): what place(), copying and placed() do, in one
+  // call; an owner may do it all under one lock. False: refused as place() refuses.
+  virtual bool deliver(const Incoming& in, const unsigned char* bytes) {
+    Placement p;
+    if (!place(in, &p)) return false;
+    copy_into(p, bytes, std::min(in.len, p.capacity));
+    placed(in, &p);
+    return true;
+  }
   // The connection ended (or was destroyed) inside the message `p` was placing: its receive
   // goes back as if the message had never come.
   virtual void unplace(Placement* p) = 0;
@@ -358,6 +379,23 @@ class PassiveOwner {
 
 // A connection as an owner sees it. Owned by whoever holds the unique_ptr; destroying it closes
 // the socket (and gives back a receive it was filling through unplace()).
+// An inject-level message (fi_inject, fi_tinject, fi_injectdata, fi_tinjectdata): no
+// completion, no transmit slot; the caller's buffers are free on return.
+struct InlineSend {
+  const iovec* iov = nullptr;
+  size_t iov_count = 0;
+  size_t len = 0;  // of iov; at most kInjectSize
+  bool tagged = false;
+  uint64_t tag = 0;
+  bool has_data = false;
+  uint64_t data = 0;
+};
+
+enum class InlineResult : uint8_t {
+  kSent,   // its frame is in the ring
+  kQueue,  // nothing was done: submit it as a TxOp
+};
+
 class Connection {
  public:
   virtual ~Connection() = default;
@@ -378,6 +416,13 @@ class Connection {
   // A send from the owner's transmit ring. 0, or -FI_ENOTCONN / -FI_EOPBADSTATE when the
   // connection cannot carry it (the op stays the owner's).
   virtual int submit(TxOp* op) = 0;
+  // An inject-level send's fast path: writes its frame into the shared-memory ring at once, if
+  // the connection moves its frames there, nothing is queued before it and the ring has room
+  // for all of it. kQueue otherwise (on TCP, during the handshake, behind other sends, ring
+  // full, closed): the caller submits it, which also says why a connection cannot carry it.
+  // Applies no injected network fault: while its owner may have one armed (take_net_fault()),
+  // the owner submits instead. Takes the connection's lock; makes no upcall.
+  virtual InlineResult send_inline(const InlineSend& s) = 0;
   // The owner placed a message it had buffered: send the delivery acknowledgement.
   virtual void ack_delivered(uint32_t seq) = 0;
   // The same from inside an upcall of another connection: queued and sent at this connection's

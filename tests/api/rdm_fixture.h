@@ -59,6 +59,7 @@ class Rdm : public ::testing::Test {
       delete e;
     }
     for (fid_ep* srx : srxs_) EXPECT_EQ(fi_close(&srx->fid), 0);
+    for (fid_cntr* c : cntrs_) EXPECT_EQ(fi_close(&c->fid), 0);
     for (fid_av* av : avs_) EXPECT_EQ(fi_close(&av->fid), 0);
     if (domain_ != nullptr) {
       EXPECT_EQ(fi_close(&domain_->fid), 0);
@@ -67,6 +68,17 @@ class Rdm : public ::testing::Test {
       EXPECT_EQ(fi_close(&fabric_->fid), 0);
     }
     fi_freeinfo(info_);
+  }
+
+  // A counter (FI_WAIT_UNSPEC), closed after the endpoints (TearDown).
+  fid_cntr* open_cntr() {
+    fi_cntr_attr attr{};
+    attr.events = FI_CNTR_EVENTS_COMP;
+    attr.wait_obj = FI_WAIT_UNSPEC;
+    fid_cntr* c = nullptr;
+    EXPECT_EQ(fi_cntr_open(domain_, &attr, &c, nullptr), 0);
+    if (c != nullptr) cntrs_.push_back(c);
+    return c;
   }
 
   fid_av* open_av() {
@@ -79,11 +91,13 @@ class Rdm : public ::testing::Test {
   }
 
   struct EpOptions {
-    fid_av* av = nullptr;      // the fixture's by default
-    uint64_t caps = 0;         // the info's by default
-    fid_ep* srx = nullptr;     // bound before fi_enable
-    uint64_t cq_flags = 0;     // more fi_ep_bind flags for the CQ (FI_SELECTIVE_COMPLETION)
-    uint64_t rx_op_flags = 0;  // rx_attr->op_flags
+    fid_av* av = nullptr;         // the fixture's by default
+    uint64_t caps = 0;            // the info's by default
+    fid_ep* srx = nullptr;        // bound before fi_enable
+    uint64_t cq_flags = 0;        // more fi_ep_bind flags for the CQ (FI_SELECTIVE_COMPLETION)
+    uint64_t rx_op_flags = 0;     // rx_attr->op_flags
+    fid_cntr* tx_cntr = nullptr;  // bound for FI_SEND before fi_enable
+    uint64_t tx_op_flags = 0;     // tx_attr->op_flags
   };
   // An enabled RDM endpoint with its own CQ (FORMAT_TAGGED), bound to its AV, and its name
   // inserted there.
@@ -98,6 +112,7 @@ class Rdm : public ::testing::Test {
     fi_info* info = fi_dupinfo(info_);
     if (o.caps != 0) info->caps = o.caps;
     info->rx_attr->op_flags = o.rx_op_flags;
+    info->tx_attr->op_flags = o.tx_op_flags;
     EXPECT_EQ(fi_endpoint(domain_, info, &e->ep, nullptr), 0);
     fi_freeinfo(info);
     if (e->ep == nullptr || e->cq == nullptr) return e;
@@ -105,6 +120,9 @@ class Rdm : public ::testing::Test {
     EXPECT_EQ(fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV | o.cq_flags), 0);
     if (o.srx != nullptr) {
       EXPECT_EQ(fi_ep_bind(e->ep, &o.srx->fid, 0), 0);
+    }
+    if (o.tx_cntr != nullptr) {
+      EXPECT_EQ(fi_ep_bind(e->ep, &o.tx_cntr->fid, FI_SEND), 0);
     }
     EXPECT_EQ(fi_enable(e->ep), 0);
     size_t len = sizeof(e->name);
@@ -178,6 +196,7 @@ class Rdm : public ::testing::Test {
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
+  std::vector<fid_cntr*> cntrs_;
   fid_av* av_ = nullptr;
   std::vector<fid_av*> avs_;
   std::vector<fid_ep*> srxs_;

@@ -118,6 +118,104 @@ TEST_F(Rdm, MessagesFromOneEndpointToAnotherKeepTheirOrder) {
   for (int i = 0; i < kCount; ++i) EXPECT_EQ(got[i], static_cast<uint32_t>(i));
 }
 
+// Between endpoints of one host an inject is written straight into the shared ring when nothing
+// waits before it. Sends that filled the ring wait at their connection: injects posted after
+// them must not pass them.
+TEST_F(Rdm, InjectsPostedBehindSendsThatFilledTheRingArriveAfterThem) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  constexpr int kPairs = 300;  // 300 x 2 KiB: more than a ring (fi_fabq(7) SHARED MEMORY)
+  constexpr size_t kBig = 2048;
+  std::vector<std::vector<uint32_t>> big(kPairs, std::vector<uint32_t>(kBig / 4));
+  std::vector<uint32_t> small(kPairs);
+  int completed = 0;
+  const auto retry = [&](auto post) {
+    ssize_t rc;
+    while ((rc = post()) == -FI_EAGAIN) {
+      fi_cq_tagged_entry e{};
+      if (fi_cq_read(a->cq, &e, 1) == 1) ++completed;
+    }
+    return rc;
+  };
+  for (int i = 0; i < kPairs; ++i) {
+    big[i][0] = static_cast<uint32_t>(2 * i);
+    small[i] = static_cast<uint32_t>(2 * i + 1);
+    ASSERT_EQ(retry([&] { return fi_tsend(a->ep, big[i].data(), kBig, nullptr, b->addr, 9, a); }),
+              0);
+    ASSERT_EQ(retry([&] { return fi_tinject(a->ep, &small[i], 4, b->addr, 9); }), 0);
+  }
+  std::vector<uint32_t> in(kBig / 4);
+  for (int i = 0; i < 2 * kPairs; ++i) {
+    ASSERT_EQ(fi_trecv(b->ep, in.data(), kBig, nullptr, FI_ADDR_UNSPEC, 9, 0, nullptr), 0);
+    fi_cq_tagged_entry e{};
+    ASSERT_EQ(wait_cq(b->cq, &e), 1) << "message " << i;
+    ASSERT_EQ(e.len, i % 2 == 0 ? kBig : 4u) << "message " << i;
+    ASSERT_EQ(in[0], static_cast<uint32_t>(i)) << "message " << i << " came out of its place";
+  }
+  while (completed < kPairs) {
+    fi_cq_tagged_entry e{};
+    ASSERT_EQ(wait_cq(a->cq, &e), 1);
+    EXPECT_EQ(e.op_context, a) << "only the sends complete, never an inject";
+    ++completed;
+  }
+  fi_cq_tagged_entry e{};
+  EXPECT_EQ(fi_cq_read(a->cq, &e, 1), -FI_EAGAIN);
+}
+
+// fi_cntr(3): a send counter counts every successful send, injects included, however it went.
+TEST_F(Rdm, InjectsCountOnTheSendCounterWithoutACompletion) {
+  fid_cntr* cntr = open_cntr();
+  ASSERT_NE(cntr, nullptr);
+  Ep* a = open_ep({.tx_cntr = cntr});
+  Ep* b = open_ep();
+  // The first inject makes the connection; once a message has crossed it, the rest go straight
+  // into its ring (fi_fabq(7) SHARED MEMORY).
+  for (uint64_t round = 0; round < 2; ++round) {
+    constexpr uint64_t kCount = 50;
+    for (uint64_t i = 0; i < kCount; ++i) {
+      const uint64_t v = round * kCount + i;
+      ASSERT_EQ(fi_inject(a->ep, &v, sizeof(v), b->addr), 0);
+    }
+    for (uint64_t i = 0; i < kCount; ++i) {
+      uint64_t v = ~0ull;
+      ASSERT_EQ(fi_recv(b->ep, &v, sizeof(v), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+      fi_cq_tagged_entry e{};
+      ASSERT_EQ(wait_cq(b->cq, &e), 1);
+      EXPECT_EQ(v, round * kCount + i);
+    }
+    // Each was counted once it was written, before it could arrive.
+    EXPECT_EQ(fi_cntr_read(cntr), (round + 1) * kCount);
+    EXPECT_EQ(fi_cntr_readerr(cntr), 0u);
+    fi_cq_tagged_entry e{};
+    EXPECT_EQ(fi_cq_read(a->cq, &e, 1), -FI_EAGAIN) << "an inject completed";
+  }
+}
+
+// ... and with FI_DELIVERY_COMPLETE among the endpoint's op_flags an inject counts only once a
+// receive has taken it (fi_cq(3)), over shared memory as anywhere.
+TEST_F(Rdm, AnInjectAtDeliveryCompleteCountsOnlyOnceAReceiveTookIt) {
+  fid_cntr* cntr = open_cntr();
+  ASSERT_NE(cntr, nullptr);
+  Ep* a = open_ep({.tx_cntr = cntr, .tx_op_flags = FI_DELIVERY_COMPLETE});
+  Ep* b = open_ep();
+  uint64_t v = 0;
+  fi_cq_tagged_entry e{};
+  for (uint64_t i = 1; i <= 3; ++i) {
+    ASSERT_EQ(fi_inject(a->ep, &i, sizeof(i), b->addr), 0);
+    // Nobody receives it yet: it waits at b, unacknowledged.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    while (std::chrono::steady_clock::now() < until) {
+      EXPECT_EQ(fi_cq_read(a->cq, &e, 1), -FI_EAGAIN);
+      EXPECT_EQ(fi_cq_read(b->cq, &e, 1), -FI_EAGAIN);
+    }
+    EXPECT_EQ(fi_cntr_read(cntr), i - 1) << "counted before a receive took it";
+    ASSERT_EQ(fi_recv(b->ep, &v, sizeof(v), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+    ASSERT_EQ(wait_cq(b->cq, &e), 1);
+    EXPECT_EQ(v, i);
+    EXPECT_EQ(fi_cntr_wait(cntr, i, kWaitMs), 0) << "counted " << fi_cntr_read(cntr);
+  }
+}
+
 TEST_F(Rdm, TaggedReceiveMatchesThroughItsIgnoreMask) {
   Ep* a = open_ep();
   Ep* b = open_ep();

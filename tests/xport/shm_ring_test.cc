@@ -295,6 +295,28 @@ TEST_F(ShmRing, HeadPastTheTailIsCorruptAndTheWriteStoresNothing) {
   EXPECT_EQ(ring_.peek(&p, &contiguous, &avail), Status::kCorrupt);
 }
 
+TEST_F(ShmRing, AWholeWriteWritesAllOrNothing) {
+  const Bytes first(kRingBytes - 100, 0x22);
+  ASSERT_EQ(write_bytes(ring_, first), first.size());
+  const Bytes header(40, 0x33);
+  const Bytes payload(61, 0x44);  // 101 bytes in all: one more than there is room for
+  iovec iov[2] = {{const_cast<unsigned char*>(header.data()), header.size()},
+                  {const_cast<unsigned char*>(payload.data()), payload.size()}};
+  bool written = true;
+  bool bell = true;
+  ASSERT_EQ(ring_.write_whole(iov, 2, &written, &bell), Status::kOk);
+  EXPECT_FALSE(written);
+  EXPECT_FALSE(bell);
+  EXPECT_EQ(ctl_.tail.load(), first.size()) << "not a byte of it";
+  iov[1].iov_len = 60;  // 100: exactly the room
+  ASSERT_EQ(ring_.write_whole(iov, 2, &written, &bell), Status::kOk);
+  EXPECT_TRUE(written);
+  EXPECT_EQ(ctl_.tail.load(), kRingBytes);
+  Bytes all = read_all(ring_);
+  EXPECT_EQ(Bytes(all.end() - 100, all.end() - 60), header);
+  EXPECT_EQ(Bytes(all.end() - 60, all.end()), Bytes(60, 0x44));
+}
+
 TEST_F(ShmRing, AProducerReadsTheHeadAgainOnlyWhenTheRoomItKnowsOfIsTooSmall) {
   // The head's cache line is the consumer's: reading it at every write would cost a transfer
   // between cores per message. A head the consumer corrupts meanwhile is caught at that read.

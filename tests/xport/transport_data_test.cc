@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "transport_harness.h"
+#include "xport/shm.h"
 
 namespace fabq::xport::testing {
 namespace {
@@ -23,6 +24,62 @@ INSTANTIATE_TEST_SUITE_P(, TransportTest, ::testing::Values(false, true), tcp_or
 
 // =============================================================================================
 // Data
+
+// send_inline (transport.h): an inject-level message goes straight into the ring, and only there.
+TEST_P(TransportTest, AnInlineSendIsWrittenAtOnceThroughSharedMemoryAndQueuedOtherwise) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  const std::string payload = pattern(kInjectSize, 7);
+  const iovec iov[2] = {{const_cast<char*>(payload.data()), 10},
+                        {const_cast<char*>(payload.data()) + 10, payload.size() - 10}};
+  const InlineSend s{.iov = iov,
+                     .iov_count = 2,
+                     .len = payload.size(),
+                     .tagged = true,
+                     .tag = 0xabc,
+                     .has_data = true,
+                     .data = 0x1234};
+  const InlineResult r = p.client->send_inline(s);
+  if (!GetParam()) {
+    EXPECT_EQ(r, InlineResult::kQueue) << "a socket has no ring to write into";
+    return;
+  }
+  ASSERT_EQ(r, InlineResult::kSent);
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 1; }));
+  const Received got = server_.received()[0];
+  EXPECT_EQ(got.bytes, payload);
+  EXPECT_TRUE(got.in.tagged);
+  EXPECT_EQ(got.in.tag, 0xabcu);
+  EXPECT_TRUE(got.in.has_data);
+  EXPECT_EQ(got.in.data, 0x1234u);
+  EXPECT_EQ(got.in.ack, AckWanted::kNone);
+  EXPECT_EQ(client_.written_count(), 0u) << "nothing of the owner's was held or reported";
+}
+
+// A send queued because the ring was full stays ahead of an inline one, even once its reader
+// has made room and its writer has not flushed yet.
+TEST_P(TransportTest, AnInlineSendNeverOvertakesAQueuedSend) {
+  if (!GetParam()) GTEST_SKIP() << "through shared memory only";
+  ASSERT_NO_FATAL_FAILURE(second_transport());  // the client's progress is the test's to hold
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  Outbox out;
+  // Four frames fill the ring exactly, so the fifth is queued with nothing of it written.
+  constexpr size_t kFrame = shm::kRingBytes / 4;
+  for (uint32_t i = 1; i <= 5; ++i) {
+    ASSERT_NO_FATAL_FAILURE(
+        send(client_, p.client.get(), out.make(pattern(kFrame - wire::kHeaderSize, i), i)));
+  }
+  tick_second_ = false;
+  ASSERT_TRUE(pump([&] { return server_.received_count() >= 1; }));
+  const std::string payload = "late";
+  const iovec iov{const_cast<char*>(payload.data()), payload.size()};
+  EXPECT_EQ(p.client->send_inline({.iov = &iov, .iov_count = 1, .len = payload.size()}),
+            InlineResult::kQueue)
+      << "the ring has room, but a send waits before this one";
+  tick_second_ = true;
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 5; }));
+}
 
 TEST_P(TransportTest, MessagesOfEverySizeArriveIntactAndAreReportedWritten) {
   Pair p;
