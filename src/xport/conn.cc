@@ -990,6 +990,10 @@ bool Conn::answer_request_locked(const wire::Header& h) {
 
 bool Conn::deliver_locked(const unsigned char* bytes) {
   if (owner_ != nullptr && owner_->deliver(in_, bytes)) return true;
+  return stall_locked();
+}
+
+bool Conn::stall_locked() {
   stalled_ = true;
   update_interest_locked();
   if (owner_ != nullptr && owner_->take_retry()) engine_->schedule(this);
@@ -1000,10 +1004,7 @@ bool Conn::place_locked() {
   place_.status = RmaStatus::kOk;
   place_.bad = false;
   if (owner_ != nullptr && owner_->place(in_, &place_)) return true;
-  stalled_ = true;
-  update_interest_locked();
-  if (owner_ != nullptr && owner_->take_retry()) engine_->schedule(this);
-  return false;
+  return stall_locked();
 }
 
 bool Conn::deliver_direct_locked(const wire::Header& h) {

@@ -113,6 +113,9 @@ class Conn final : public Connection, public Pollable {
   // A whole message (in_) that wants no acknowledgement, its payload at `bytes`: given to the
   // owner in one upcall (Owner::deliver). Refused: stalls as place_locked() does; false.
   bool deliver_locked(const unsigned char* bytes) FABQ_REQUIRES(mu_);
+  // The owner refused a message: reading stops until resume(), or the next round when the
+  // owner says only a full CQ stood in the way. Returns false.
+  bool stall_locked() FABQ_REQUIRES(mu_);
   // Does what the Handshake says about a whole frame of the handshake (or kShutdown).
   bool handshake_frame_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   // A whole kReadReq, kAtomic or direct kWrite (its payload in req_buf_): the owner performs

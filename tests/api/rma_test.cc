@@ -35,10 +35,9 @@ class Rma : public Rdm {
       }
       e->ep = nullptr;
     }
+    // Then the regions, bound to counters, which Rdm::TearDown closes.
     for (fid_mr* m : mrs_) EXPECT_EQ(fi_close(&m->fid), 0);
-    for (fid_cntr* c : cntrs_) EXPECT_EQ(fi_close(&c->fid), 0);
     mrs_.clear();
-    cntrs_.clear();
     Rdm::TearDown();
   }
   // A region of b_'s domain over buf[0..len) (the domain's key space; offsets address it).
@@ -47,15 +46,6 @@ class Rma : public Rdm {
     EXPECT_EQ(fi_mr_reg(domain_, buf, len, access, 0, key, 0, &mr, nullptr), 0);
     if (mr != nullptr) mrs_.push_back(mr);
     return mr;
-  }
-  fid_cntr* open_cntr() {
-    fi_cntr_attr attr{};
-    attr.events = FI_CNTR_EVENTS_COMP;
-    attr.wait_obj = FI_WAIT_UNSPEC;
-    fid_cntr* c = nullptr;
-    EXPECT_EQ(fi_cntr_open(domain_, &attr, &c, nullptr), 0);
-    if (c != nullptr) cntrs_.push_back(c);
-    return c;
   }
   // The initiator's next completion, which must be an error: its entry.
   fi_cq_err_entry expect_error(Ep* e) {
@@ -67,7 +57,6 @@ class Rma : public Rdm {
   Ep* a_ = nullptr;
   Ep* b_ = nullptr;
   std::vector<fid_mr*> mrs_;
-  std::vector<fid_cntr*> cntrs_;
 };
 
 TEST_F(Rma, EndpointsAndTheirInfoOfferRmaAndAtomics) {
