@@ -455,12 +455,18 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted, fi_addr_t src) {
       }
     } else {
       if (queue_.full()) return -FI_EAGAIN;
-      // The slot this receive completes into: kept if it completes now or takes a message that
-      // is arriving, given back if it waits for one (place() takes it again then).
-      if (cq != nullptr) {
+      // A receive that waits for its message holds no CQ slot (place() takes one when the
+      // message comes); one that completes now (a message already here, an injected error, the
+      // end of a MSG connection) or a multi-receive takes it here, or is refused.
+      const bool armed = faults_armed();
+      Unexpected* u = multi && !ended_ ? nullptr : queue_.find_unexpected(r);
+      const bool slot = cq != nullptr && (armed || multi || ended_ || u != nullptr);
+      if (slot) {
         if (core::Status s = cq->queue().reserve(1); !s.ok()) return s.to_fi();
+      } else if (cq != nullptr && cq->queue().overrun()) {
+        return core::Status(core::Code::kOverrun).to_fi();
       }
-      action = count_operation();
+      if (armed) action = count_operation();
       r.owner = this;
       if (action.err != 0) {
         if (cq != nullptr) {
@@ -472,7 +478,7 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted, fi_addr_t src) {
       } else if (multi && !ended_) {
         queue_.make_multi(&r, min_multi_recv_);
         post_multi_locked(r, /*slot=*/cq != nullptr, &cq_events, &resume);
-      } else if (Unexpected* u = queue_.find_unexpected(r)) {
+      } else if (u != nullptr) {
         if (u->complete) {
           deliver_unexpected(r, *u, &cq_events);
           consumed_locked(u, &ack_conn, &ack_seq, &resume);
@@ -487,7 +493,7 @@ ssize_t Endpoint::post_recv(const PostedRecv& posted, fi_addr_t src) {
         if (cq != nullptr) cq_events = cq->complete_error(e);
         if (rx_cntr_ != nullptr) rx_cntr_->counter().complete_error();
       } else {
-        if (cq != nullptr) cq->queue().cancel_reservation(1);
+        if (slot) cq->queue().cancel_reservation(1);
         r.owner = nullptr;
         queue_.post(r);
         resume = !stalled_.empty();

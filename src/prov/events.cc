@@ -16,9 +16,8 @@
 
 namespace fabq::prov {
 
-FaultAction AsyncTarget::count_operation() {
+FaultAction AsyncTarget::count_armed_operation() {
   FaultAction action;
-  if (!has_faults_.load(std::memory_order_acquire)) return action;
   core::MutexLock lock(fault_mu_);
   if (next_err_ != 0) {
     action.err = std::exchange(next_err_, 0);
@@ -346,10 +345,6 @@ bool is_device_event(uint32_t type) {
   const core::AsyncKind* kind = core::async_kind(type);
   return kind != nullptr &&
          (kind->object == core::AsyncObject::kPort || kind->object == core::AsyncObject::kDevice);
-}
-
-void raise(Domain* d, AsyncTarget* t, const std::vector<uint32_t>& types) {
-  for (uint32_t type : types) raise(d, t, type);
 }
 
 void raise(Domain* d, AsyncTarget* t, uint32_t type) {

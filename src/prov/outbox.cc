@@ -18,9 +18,9 @@ void Outbox::add(const Domain* domain, const AsyncTarget* target, uint32_t type)
   any_.store(true, std::memory_order_relaxed);
 }
 
-void Outbox::add(const Domain* domain, const AsyncTarget* target,
-                 const std::vector<uint32_t>& types) {
-  if (domain == nullptr || target == nullptr || types.empty()) return;
+void Outbox::add_all(const Domain* domain, const AsyncTarget* target,
+                     const std::vector<uint32_t>& types) {
+  if (domain == nullptr || target == nullptr) return;
   core::MutexLock lock(mu_);
   for (uint32_t type : types) entries_.push_back({domain->id(), target->serial(), type});
   any_.store(true, std::memory_order_relaxed);

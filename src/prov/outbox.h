@@ -55,7 +55,9 @@ class Outbox {
   // call are queued in order.
   void add(const Domain* domain, const AsyncTarget* target, uint32_t type) FABQ_EXCLUDES(mu_);
   void add(const Domain* domain, const AsyncTarget* target, const std::vector<uint32_t>& types)
-      FABQ_EXCLUDES(mu_);
+      FABQ_EXCLUDES(mu_) {
+    if (!types.empty()) add_all(domain, target, types);  // inline: the usual list is empty
+  }
 
   // Raises every queued event, in order, on the objects that are still open, and returns once
   // it finds the outbox empty. When another thread is publishing it, or has taken every entry
@@ -63,6 +65,9 @@ class Outbox {
   void publish() FABQ_EXCLUDES(mu_);
 
  private:
+  void add_all(const Domain* domain, const AsyncTarget* target, const std::vector<uint32_t>& types)
+      FABQ_EXCLUDES(mu_);
+
   struct Entry {
     uint64_t domain_id;
     uint64_t serial;

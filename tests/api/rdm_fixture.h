@@ -98,6 +98,7 @@ class Rdm : public ::testing::Test {
     uint64_t rx_op_flags = 0;     // rx_attr->op_flags
     fid_cntr* tx_cntr = nullptr;  // bound for FI_SEND before fi_enable
     uint64_t tx_op_flags = 0;     // tx_attr->op_flags
+    size_t cq_size = 0;           // the CQ's size; 0: the provider's default
   };
   // An enabled RDM endpoint with its own CQ (FORMAT_TAGGED), bound to its AV, and its name
   // inserted there.
@@ -108,6 +109,7 @@ class Rdm : public ::testing::Test {
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_TAGGED;
     cq_attr.wait_obj = FI_WAIT_UNSPEC;
+    cq_attr.size = o.cq_size;
     EXPECT_EQ(fi_cq_open(domain_, &cq_attr, &e->cq, nullptr), 0);
     fi_info* info = fi_dupinfo(info_);
     if (o.caps != 0) info->caps = o.caps;

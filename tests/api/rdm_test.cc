@@ -216,6 +216,47 @@ TEST_F(Rdm, AnInjectAtDeliveryCompleteCountsOnlyOnceAReceiveTookIt) {
   }
 }
 
+// fi_fabq(7) COMPLETION QUEUES: "a receive [reserves its completion slot] when a message picks
+// it (at once if its message is already there): a post that needs a slot and finds none returns
+// -FI_EAGAIN, and a message for a waiting receive waits at its connection until the application
+// reads the queue."
+TEST_F(Rdm, AReceiveTakesItsCqSlotWhenAMessagePicksIt) {
+  Ep* a = open_ep();
+  Ep* b = open_ep({.cq_size = 1});
+  // FI_TRANSMIT_COMPLETE: a's send completes once b holds the message, in a receive or buffered.
+  const auto send_received = [&](char* buf) {
+    iovec iov{buf, 8};
+    fi_msg msg{.msg_iov = &iov, .iov_count = 1, .addr = b->addr, .context = buf};
+    ASSERT_EQ(fi_sendmsg(a->ep, &msg, FI_TRANSMIT_COMPLETE | FI_COMPLETION), 0);
+    fi_cq_tagged_entry e{};
+    ASSERT_EQ(wait_cq(a->cq, &e), 1);
+    EXPECT_EQ(e.op_context, buf);
+  };
+  char m0[8] = "m0", m1[8] = "m1", m2[8] = "m2";
+  char r0[8] = {}, r1[8] = {}, r2[8] = {};
+  ASSERT_EQ(fi_recv(b->ep, r0, sizeof(r0), nullptr, FI_ADDR_UNSPEC, r0), 0);
+  send_received(m0);  // r0's completion fills b's CQ
+  send_received(m1);  // buffered: no receive waits for it
+  EXPECT_EQ(fi_recv(b->ep, r1, sizeof(r1), nullptr, FI_ADDR_UNSPEC, r1), -FI_EAGAIN)
+      << "its message is here and the CQ has no room for its completion";
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(fi_cq_read(b->cq, &e, 1), 1);
+  EXPECT_EQ(e.op_context, r0);
+  ASSERT_EQ(fi_recv(b->ep, r1, sizeof(r1), nullptr, FI_ADDR_UNSPEC, r1), 0);  // completes now
+  // The CQ is full again (r1's completion), yet a receive with no message yet is taken.
+  ASSERT_EQ(fi_recv(b->ep, r2, sizeof(r2), nullptr, FI_ADDR_UNSPEC, r2), 0);
+  ASSERT_EQ(fi_send(a->ep, m2, sizeof(m2), nullptr, b->addr, m2), 0);
+  ASSERT_EQ(wait_cq(a->cq, &e), 1);
+  EXPECT_FALSE(any_completion_within(a->cq, 50));  // m2 reaches b and waits for room
+  ASSERT_EQ(fi_cq_read(b->cq, &e, 1), 1);
+  EXPECT_EQ(e.op_context, r1);
+  EXPECT_STREQ(r1, "m1");
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  EXPECT_EQ(e.op_context, r2);
+  EXPECT_STREQ(r2, "m2");
+  EXPECT_STREQ(r0, "m0");
+}
+
 TEST_F(Rdm, TaggedReceiveMatchesThroughItsIgnoreMask) {
   Ep* a = open_ep();
   Ep* b = open_ep();
