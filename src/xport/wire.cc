@@ -208,10 +208,14 @@ size_t Framer::take_header(const unsigned char* p, size_t n) {
   if (dead() || in_payload_ || done_) return 0;
   const size_t take = std::min(n, kHeaderSize - held_);
   if (take == 0) return 0;
-  std::memcpy(buf_ + held_, p, take);
+  const unsigned char* whole = p;  // a header that came in one piece is read where it is
+  if (held_ != 0 || take < kHeaderSize) {
+    std::memcpy(buf_ + held_, p, take);
+    whole = buf_;
+  }
   held_ += take;
   if (held_ < kHeaderSize) return take;
-  violation_ = decode(buf_, max_payload_, &header_);
+  violation_ = decode(whole, max_payload_, &header_);
   if (dead()) return take;
   payload_left_ = header_.length;
   in_payload_ = true;
