@@ -381,6 +381,7 @@ fi_addr_t Av::insert_locked(const sockaddr_in& sa) {
 }
 
 void Av::remove_locked(fi_addr_t addr) {
+  removed_.store(true, std::memory_order_release);
   Entry& e = entries_[addr];
   e.valid = false;
   auto it = first_.find(key(e.sa));

@@ -68,6 +68,7 @@
 #include <netinet/in.h>
 #include <rdma/fi_domain.h>
 
+#include <atomic>
 #include <cstdint>
 #include <shared_mutex>
 #include <unordered_map>
@@ -105,6 +106,10 @@ class Av final : public Object {
   // inserted, or FI_ADDR_NOTAVAIL. With duplicates, the lowest one still valid. Any thread;
   // takes the AV's lock (shared); O(1) expected (hash map).
   fi_addr_t reverse_lookup(const sockaddr_in& sa) const;
+  // Whether fi_av_remove ever removed an entry of this AV. While it has not, an index that
+  // lookup() once accepted still names the same address, so a caller that remembers the
+  // answer need not ask again. Any thread; acquire, pairing with the release in the remove.
+  bool ever_removed() const { return removed_.load(std::memory_order_acquire); }
 
  private:
   friend struct AvOps;
@@ -144,6 +149,7 @@ class Av final : public Object {
   std::vector<Entry> entries_;                     // index = fi_addr_t
   std::unordered_map<uint64_t, fi_addr_t> first_;  // key() -> lowest valid index
   Eq* eq_ = nullptr;                               // held
+  std::atomic<bool> removed_{false};               // set (release) before the first removal
 };
 
 int open_av(fid_domain* domain, fi_av_attr* attr, fid_av** av, void* context);

@@ -385,8 +385,7 @@ bool Endpoint::post_multi_locked(PostedRecv& r, bool slot, std::vector<uint32_t>
   return used_up;
 }
 
-ssize_t Endpoint::post_recv(const PostedRecv& posted, fi_addr_t src) {
-  PostedRecv r = posted;
+ssize_t Endpoint::post_recv(PostedRecv& r, fi_addr_t src) {
   if (r.default_flags) r.flags = rx_op_flags_ & ~(r.tagged ? FI_MULTI_RECV : 0);
   const bool multi = (r.flags & FI_MULTI_RECV) != 0;
   if (multi && (r.tagged || r.iov_count != 1)) return r.tagged ? -FI_EBADFLAGS : -FI_EINVAL;
@@ -622,7 +621,7 @@ bool Endpoint::place_locked(const Incoming& in, Placement* p) {
   }
   Unexpected* unexpected = nullptr;
   Cq* cq = rx_cq();
-  std::optional<PostedRecv> r;
+  bool took = false;  // a posted receive, into rec.recv
   // A receive takes its CQ slot when a message picks it; posted, it holds none, so an
   // application may post more receives than its CQ has slots. With no slot free, the message
   // waits at its connection until the application reads the CQ (retried at every progress
@@ -631,9 +630,9 @@ bool Endpoint::place_locked(const Incoming& in, Placement* p) {
   bool refused = false;
   if (srx_ != nullptr) {
     core::MutexLock slock(srx_->mu_);
-    r = srx_->queue_.take_match(in, credit, &refused);
-    if (r) {
-      r->owner = this;
+    took = srx_->queue_.take_match(in, credit, &refused, &rec.recv);
+    if (took) {
+      rec.recv.owner = this;
       if (srx_->limit_crossed_locked()) {
         outbox().add(domain_, srx_, FI_FABQ_EVENT_SRX_LIMIT_REACHED);
       }
@@ -642,9 +641,9 @@ bool Endpoint::place_locked(const Incoming& in, Placement* p) {
       unexpected = srx_->queue_.add_unexpected(this, in);
     }
   } else {
-    r = queue_.take_match(in, credit, &refused);
-    if (r) {
-      r->owner = this;
+    took = queue_.take_match(in, credit, &refused, &rec.recv);
+    if (took) {
+      rec.recv.owner = this;
     } else if (!refused) {
       if (!queue_.room_for(in.len)) return stall_locked(in);
       unexpected = queue_.add_unexpected(this, in);
@@ -654,13 +653,12 @@ bool Endpoint::place_locked(const Incoming& in, Placement* p) {
     retry_ = true;
     return stall_locked(in);
   }
-  if (r) {
+  if (took) {
     rec.kind = PlaceRecord::Kind::kPosted;
-    rec.recv = *r;
     ++placing_;
-    for (size_t i = 0; i < r->iov_count; ++i) p->iov[i] = r->iov[i];
-    p->iov_count = r->iov_count;
-    p->capacity = r->len;
+    for (size_t i = 0; i < rec.recv.iov_count; ++i) p->iov[i] = rec.recv.iov[i];
+    p->iov_count = rec.recv.iov_count;
+    p->capacity = rec.recv.len;
   } else {
     rec.kind = PlaceRecord::Kind::kUnexpected;
     rec.unexpected = unexpected;
@@ -1067,9 +1065,11 @@ ssize_t Endpoint::inject_inline(const SendRequest& req, size_t len) {
       conn = conn_.get();
       if (conn == nullptr || !conn->connected()) return kNotInline;
     } else {
+      // A route is made only for an fi_addr_t the AV accepted (peer_locked()); while nothing was
+      // ever removed from the AV, it still names the same peer.
+      if (av_ == nullptr || req.dest >= route_.size() || route_[req.dest] == 0) return kNotInline;
       sockaddr_in sa{};
-      if (av_ == nullptr || !av_->lookup(req.dest, &sa)) return kNotInline;
-      if (req.dest >= route_.size() || route_[req.dest] == 0) return kNotInline;
+      if (av_->ever_removed() && !av_->lookup(req.dest, &sa)) return kNotInline;
       const Peer& q = peers_[route_[req.dest] - 1];
       conn = q.conn != nullptr ? q.conn.get() : q.in;
       if (conn == nullptr || !conn->open()) return kNotInline;

@@ -241,7 +241,8 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // Takes mu_. `src`: the receive's src_addr; with FI_DIRECTED_RECV (RDM) anything but
   // FI_ADDR_UNSPEC selects that sender's messages only, and an fi_addr_t the AV does not hold
   // is -FI_EINVAL. An FI_CLAIM receive finds its message by context; `src` is not read.
-  ssize_t post_recv(const PostedRecv& r, fi_addr_t src);
+  // `r` is the caller's scratch: it is changed on the way (flags, owner).
+  ssize_t post_recv(PostedRecv& r, fi_addr_t src);
   ssize_t cancel(void* context);
   // Takes mu_. 0: posted (or failed at once by an injected fault, its error completion written).
   // Else nothing is posted: -FI_EINVAL (more than kMaxIov buffers, a null one with a length,

@@ -130,31 +130,31 @@ class RecvQueue {
   bool release(uint32_t id);
   // Back at the head: a receive whose message broke off keeps its place in the order.
   void post_front(const PostedRecv& r) { posted_.insert(posted_.begin(), r); }
-  // The oldest posted receive `in` matches, removed once `credit()` (its completion's CQ slot)
-  // says yes. nullopt when none matches, or when credit() says no: then the receive keeps its
-  // place and *refused is set.
+  // The oldest posted receive `in` matches, removed into *out once `credit()` (its
+  // completion's CQ slot) says yes: true. False when none matches, or when credit() says no:
+  // then the receive keeps its place and *refused is set. *out is written only on true.
   // A multi-receive buffer gives a slice and stays, unless used up.
   template <class Credit>
-  std::optional<PostedRecv> take_match(const Incoming& in, Credit credit, bool* refused) {
+  bool take_match(const Incoming& in, Credit credit, bool* refused, PostedRecv* out) {
     *refused = false;
     auto it = find_match(in);
-    if (it == posted_.end()) return std::nullopt;
+    if (it == posted_.end()) return false;
     if (!credit()) {
       *refused = true;
-      return std::nullopt;
+      return false;
     }
     if (it->multi != 0) {
       bool used_up = false;
-      PostedRecv slice = carve(&*it, in.len, &used_up);
+      *out = carve(&*it, in.len, &used_up);
       if (used_up) {
         release(it->multi);  // in flight: its own completion carries the flag
         posted_.erase(it);
       }
-      return slice;
+      return true;
     }
-    PostedRecv r = *it;
+    *out = *it;
     posted_.erase(it);
-    return r;
+    return true;
   }
   // The posted receive with this context, removed (fi_cancel).
   std::optional<PostedRecv> take_context(void* context);

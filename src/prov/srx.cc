@@ -72,8 +72,7 @@ void Srx::post_multi_locked(PostedRecv& r) {
   if (!used_up) queue_.post(r);
 }
 
-ssize_t Srx::post_recv(const PostedRecv& posted, fi_addr_t src) {
-  PostedRecv r = posted;
+ssize_t Srx::post_recv(PostedRecv& r, fi_addr_t src) {
   if (r.default_flags) r.flags = op_flags_ & ~(r.tagged ? FI_MULTI_RECV : 0);
   const bool multi = (r.flags & FI_MULTI_RECV) != 0;
   if (multi && (r.tagged || r.iov_count != 1)) return r.tagged ? -FI_EBADFLAGS : -FI_EINVAL;

@@ -62,8 +62,9 @@ class Srx final : public Object, public AsyncTarget {
   void init_box(void* context);
   // With FI_DIRECTED_RECV in the SRX's rx_attr caps, `src` other than FI_ADDR_UNSPEC selects
   // that sender, named in the AV of the first bound endpoint that has one (none, or an
-  // fi_addr_t it does not hold: -FI_EINVAL); else `src` is not read.
-  ssize_t post_recv(const PostedRecv& r, fi_addr_t src) FABQ_EXCLUDES(mu_);
+  // fi_addr_t it does not hold: -FI_EINVAL); else `src` is not read. `r` is the caller's
+  // scratch: it is changed on the way.
+  ssize_t post_recv(PostedRecv& r, fi_addr_t src) FABQ_EXCLUDES(mu_);
   // A multi-receive buffer: takes the buffered messages it can hold, then posts what is left.
   // Each slice takes its slot on the CQ of the endpoint its message came through, and its
   // completion goes there (outbox).

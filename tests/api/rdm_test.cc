@@ -530,6 +530,24 @@ TEST_F(Rdm, SendToAnFiAddrTheAvDoesNotHoldIsEinval) {
   EXPECT_EQ(fi_inject(a->ep, "x", 1, removed), -FI_EINVAL);
 }
 
+// fi_av(3) fi_av_remove: a removed address may no longer be used, also by an endpoint that
+// has a connection to it and sends small messages straight into it.
+TEST_F(Rdm, AnInjectToAnAddressRemovedAfterUseIsEinval) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  char in[8] = {};
+  for (int i = 0; i < 3; ++i) {  // the connection is up and on its fastest path
+    ASSERT_EQ(fi_recv(b->ep, in, sizeof(in), nullptr, FI_ADDR_UNSPEC, in), 0);
+    ASSERT_EQ(fi_inject(a->ep, "x", 1, b->addr), 0);
+    fi_cq_tagged_entry e{};
+    ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  }
+  fi_addr_t removed = b->addr;
+  ASSERT_EQ(fi_av_remove(av_, &removed, 1, 0), 0);
+  EXPECT_EQ(fi_inject(a->ep, "x", 1, removed), -FI_EINVAL);
+  EXPECT_EQ(fi_send(a->ep, "x", 1, nullptr, removed, nullptr), -FI_EINVAL);
+}
+
 TEST_F(Rdm, EnableWithoutAnAvIsEnoav) {
   fid_ep* ep = nullptr;
   ASSERT_EQ(fi_endpoint(domain_, info_, &ep, nullptr), 0);
