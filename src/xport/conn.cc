@@ -737,20 +737,6 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
     }
     if (!framer_.in_header() || framer_.frame_done()) {
       const wire::Header& h = framer_.header();
-      if (is_placed(h) && !have_place_ && is_data(h.op) && !is_direct(h) &&
-          in_.ack == AckWanted::kNone && (comm_est_ || rdm_) &&
-          framer_.payload_left() == h.length && n - off >= h.length) {
-        // A whole message that asks for no answer: handed over in one upcall. (A MSG
-        // connection's first one raises COMM_EST once placed: frame_done_locked().)
-        if (!deliver_locked(p + off)) {
-          *used = off;
-          return false;
-        }
-        off += framer_.take_payload(h.length);
-        framer_.next_frame();
-        placed_ = 0;
-        continue;
-      }
       if (is_placed(h) && !have_place_) {
         const bool took = place_locked();
         if (took && place_.bad) {
@@ -811,6 +797,21 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       continue;
     }
     if (off == n) break;
+    wire::Header whole;
+    if (!(from_socket && rx_shm_) && (comm_est_ || rdm_) &&
+        framer_.whole_frame(p + off, n - off, &whole) && is_data(whole.op) && !is_direct(whole) &&
+        ack_wanted(whole) == AckWanted::kNone && hs_.allowed(whole)) {
+      // A whole message that asks for no answer, header and payload here: handed over in one
+      // upcall, past the framer. A MSG connection's first one raises COMM_EST once placed
+      // (frame_done_locked()), and a frame split between reads is placed as it comes: below.
+      incoming_locked(whole);
+      if (!deliver_locked(p + off + wire::kHeaderSize)) {
+        *used = off;  // taken again, header and all, when the stall ends
+        return false;
+      }
+      off += wire::kHeaderSize + whole.length;
+      continue;
+    }
     off += framer_.take_header(p + off, n - off);
     if (framer_.dead()) {
       *used = off;
@@ -826,32 +827,37 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       return false;
     }
     if (is_placed(h)) {
-      const bool msg = is_data(h.op);
-      in_.kind = msg                           ? InKind::kMsg
-                 : h.op == wire::Op::kWrite    ? InKind::kWrite
-                 : h.op == wire::Op::kReadResp ? InKind::kReadResp
-                                               : InKind::kAtomicResp;
-      in_.tagged = h.op == wire::Op::kTagged;
-      in_.tag = msg ? h.tag : 0;
-      in_.has_data = (h.flags & wire::kRemoteData) != 0;
-      in_.data = msg ? h.data : 0;
-      in_.key = msg ? 0 : h.tag;
-      in_.addr = h.op == wire::Op::kWrite ? h.data : 0;
-      in_.status = h.op == wire::Op::kReadResp || h.op == wire::Op::kAtomicResp
-                       ? static_cast<RmaStatus>(h.data)
-                       : RmaStatus::kOk;
-      in_.direct = is_direct(h);
-      in_.len = h.length;
-      in_.seq = h.seq;
-      in_.from = peer_name_;
-      in_.via = this;
-      in_.ack = ack_wanted(h);
+      incoming_locked(h);
       have_place_ = false;
     }
     placed_ = 0;
   }
   *used = off;
   return true;
+}
+
+// in_ for a placed frame (a message, a write, an answer) with header h.
+void Conn::incoming_locked(const wire::Header& h) {
+  const bool msg = is_data(h.op);
+  in_.kind = msg                           ? InKind::kMsg
+             : h.op == wire::Op::kWrite    ? InKind::kWrite
+             : h.op == wire::Op::kReadResp ? InKind::kReadResp
+                                           : InKind::kAtomicResp;
+  in_.tagged = h.op == wire::Op::kTagged;
+  in_.tag = msg ? h.tag : 0;
+  in_.has_data = (h.flags & wire::kRemoteData) != 0;
+  in_.data = msg ? h.data : 0;
+  in_.key = msg ? 0 : h.tag;
+  in_.addr = h.op == wire::Op::kWrite ? h.data : 0;
+  in_.status = h.op == wire::Op::kReadResp || h.op == wire::Op::kAtomicResp
+                   ? static_cast<RmaStatus>(h.data)
+                   : RmaStatus::kOk;
+  in_.direct = is_direct(h);
+  in_.len = h.length;
+  in_.seq = h.seq;
+  in_.from = peer_name_;
+  in_.via = this;
+  in_.ack = ack_wanted(h);
 }
 
 // Acts on a complete frame. False when the connection ended or stalled.

@@ -106,6 +106,7 @@ class Conn final : public Connection, public Pollable {
   // Under mu_:
   void read_locked() FABQ_REQUIRES(mu_);
   bool handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) FABQ_REQUIRES(mu_);
+  void incoming_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   bool frame_done_locked() FABQ_REQUIRES(mu_);
   // Asks the owner where in_'s payload goes (place_). Refused: the connection stalls until
   // resume() (or retries every round when the owner says so) and this returns false.

@@ -206,6 +206,13 @@ class Framer {
   // it, then calls next_frame().
   bool frame_done() const { return done_; }
   void next_frame();
+  // Between frames, with a whole valid frame (header and payload) at p[0..n): true and its
+  // header in *h, the framer untouched (the caller acts on the frame and skips its bytes).
+  // Otherwise false: take the bytes the usual way (a bad header is caught there).
+  bool whole_frame(const unsigned char* p, size_t n, Header* h) const {
+    return between_frames() && n >= kHeaderSize && decode(p, max_payload_, h) == Violation::kNone &&
+           n - kHeaderSize >= h->length;
+  }
 
   // Takes up to kHeaderSize - (bytes held) header bytes from p[0..n). Returns how many it took.
   // When the header is complete it is validated: a violation kills the framer.
