@@ -798,9 +798,8 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
     }
     if (off == n) break;
     wire::Header whole;
-    if (!(from_socket && rx_shm_) && (comm_est_ || rdm_) &&
-        framer_.whole_frame(p + off, n - off, &whole) && is_data(whole.op) && !is_direct(whole) &&
-        ack_wanted(whole) == AckWanted::kNone && hs_.allowed(whole)) {
+    if ((comm_est_ || rdm_) && framer_.whole_frame(p + off, n - off, &whole) && is_data(whole.op) &&
+        !is_direct(whole) && ack_wanted(whole) == AckWanted::kNone && hs_.allowed(whole)) {
       // A whole message that asks for no answer, header and payload here: handed over in one
       // upcall, past the framer. A MSG connection's first one raises COMM_EST once placed
       // (frame_done_locked()), and a frame split between reads is placed as it comes: below.
