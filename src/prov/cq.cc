@@ -42,7 +42,11 @@ struct CqOps {
     if (cq == nullptr || buf == nullptr) return -FI_EINVAL;
     if ((flags & ~FI_PEEK) != 0) return -FI_EBADFLAGS;
     cq->drive();
-    if (!cq->legacy_err_data_) return cq->queue_->read_error(buf, flags).to_fi();
+    if (!cq->legacy_err_data_) {
+      auto r = cq->queue_->read_error(buf, flags);
+      if (r.ok() && cq->err_src_addr_) abi2::write_cq_err_src_addr(buf, FI_ADDR_NOTAVAIL);
+      return r.to_fi();
+    }
     // API < 1.5: the application's struct ends before err_data_size.
     fi_cq_err_entry full{};
     auto r = cq->queue_->read_error(&full, flags);
@@ -119,6 +123,7 @@ Cq::Cq(Domain* domain, const fi_cq_attr& attr, WaitSet* wait_set,
       wait_set_(wait_set),
       threshold_cond_(raw_enum(attr.wait_cond) == FI_CQ_COND_THRESHOLD),
       legacy_err_data_(domain->fabric()->legacy_err_data()),
+      err_src_addr_(domain->fabric()->api().cq_err_src_addr()),
       queue_(std::move(queue)) {
   init_fid(&box_.fid.fid, FI_CLASS_CQ, context, &CqOps::fi_ops_);
   box_.fid.ops = &CqOps::cq_ops_;

@@ -60,6 +60,8 @@ class Cq final : public Object, public AsyncTarget {
   WaitSet* const wait_set_;
   const bool threshold_cond_;
   const bool legacy_err_data_;
+  // API >= 1.20: the application's fi_cq_err_entry ends with src_addr, which readerr sets.
+  const bool err_src_addr_;
   std::unique_ptr<core::CompletionQueue> queue_;
   ExternalWait external_;
 };

@@ -90,6 +90,28 @@ core::CompletionError recv_error(const PostedRecv& r, int err, int prov_errno) {
           .prov_errno = prov_errno};
 }
 
+OpLimits::OpLimits(size_t max_msg_size, size_t inject_size)
+    : max_ceiling_{max_msg_size, max_msg_size, max_msg_size,
+                   std::min(max_msg_size, xport::kMaxAtomicBytes)},
+      inject_ceiling_(inject_size) {
+  for (size_t k = 0; k < kKinds; ++k) {
+    max_[k].store(max_ceiling_[k], std::memory_order_relaxed);
+    inject_[k].store(inject_ceiling_, std::memory_order_relaxed);
+  }
+}
+
+bool OpLimits::set_max(Kind k, size_t bytes) {
+  if (bytes > max_ceiling_[index(k)]) return false;
+  max_[index(k)].store(bytes, std::memory_order_relaxed);
+  return true;
+}
+
+bool OpLimits::set_inject(Kind k, size_t bytes) {
+  if (bytes > inject_ceiling_) return false;
+  inject_[index(k)].store(bytes, std::memory_order_relaxed);
+  return true;
+}
+
 Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
     : Object(FI_CLASS_EP, domain),
       AsyncTarget(core::FaultTargetKind::kEndpoint, &box_.fid.fid),
@@ -102,12 +124,13 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
                      : kMaxIov),
       max_msg_size_(info.ep_attr && info.ep_attr->max_msg_size ? info.ep_attr->max_msg_size
                                                                : (size_t{1} << 30)),
+      limits_(max_msg_size_, kInjectSize),
       tx_op_flags_(info.tx_attr ? info.tx_attr->op_flags : 0),
       rx_op_flags_(info.rx_attr ? info.rx_attr->op_flags : 0),
       rdm_(info.ep_attr != nullptr && info.ep_attr->type == FI_EP_RDM),
       source_(rdm_ && (info.caps & FI_SOURCE) != 0),
       source_err_(source_ && (info.caps & FI_SOURCE_ERR) != 0),
-      directed_(rdm_ && (info.caps & FI_DIRECTED_RECV) != 0),
+      directed_(rdm_ ? DirectedRecv::of(info.caps, domain->fabric()->api()) : DirectedRecv{}),
       caps_(info.caps),
       auth_(auth_key_of(info)),
       queue_(rx_size_, params().unexpected_bytes, 4 * rx_size_),
@@ -399,10 +422,14 @@ ssize_t Endpoint::post_recv(PostedRecv& r, fi_addr_t src) {
   {
     core::MutexLock lock(mu_);
     if (!enabled_ || failed_ || srx_ != nullptr) return -FI_EOPBADSTATE;
-    if (directed_ && src != FI_ADDR_UNSPEC && !claim_only) {
-      sockaddr_in name{};
-      if (av_ == nullptr || !av_->lookup(src, &name)) return -FI_EINVAL;
-      r.source = SourceFilter::only(name);
+    if (directed_.applies(r.tagged) && !claim_only) {
+      if (src != FI_ADDR_UNSPEC) {
+        sockaddr_in name{};
+        if (av_ == nullptr || !av_->lookup(src, &name)) return -FI_EINVAL;
+        r.source = SourceFilter::only(name);
+      } else if (directed_.exact) {
+        return -FI_EINVAL;
+      }
     }
     cq = rx_cq();
     if (r.flags & (FI_PEEK | FI_CLAIM)) {
@@ -891,9 +918,11 @@ ssize_t Endpoint::post_send(const SendRequest& req) {
   const size_t len = total_len(req.iov, req.iov_count);
   const size_t result_len = total_len(req.result, req.result_count);
   const size_t compare_len = total_len(req.compare, req.compare_count);
-  if (len > max_msg_size_ || result_len > max_msg_size_) return -FI_EMSGSIZE;
+  const OpLimits::Kind kind = OpLimits::of(req);
+  const size_t max = limits_.max(kind);
+  if (len > max || result_len > max) return -FI_EMSGSIZE;
   const bool copy = req.inject_call || (req.flags & FI_INJECT) != 0;
-  if (copy && len + compare_len > kInjectSize) return -FI_EMSGSIZE;
+  if (copy && len + compare_len > limits_.inject(kind)) return -FI_EMSGSIZE;
   if (req.inject_call && req.kind == TxKind::kSend) {
     if (const ssize_t rc = inject_inline(req, len); rc != kNotInline) return rc;
   }

@@ -46,6 +46,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -122,6 +123,43 @@ struct SendRequest {
   size_t count = 0;  // elements
 };
 
+// The most bytes an endpoint's transfers of each kind carry, and copy when injected:
+// ep_attr->max_msg_size (an atomic's also at most xport::kMaxAtomicBytes) and inject_size at
+// open, which the application may lower, never raise, with FI_OPT_MAX_*_SIZE and
+// FI_OPT_INJECT_*_SIZE (libfabric >= 1.22). Any thread; relaxed: a post racing fi_setopt
+// checks against the old limit or the new one.
+class OpLimits {
+ public:
+  enum class Kind : uint8_t { kMsg, kTagged, kRma, kAtomic };
+  static constexpr size_t kKinds = 4;
+  static Kind of(const SendRequest& req) {
+    switch (req.kind) {
+      case xport::TxKind::kSend:
+        return req.tagged ? Kind::kTagged : Kind::kMsg;
+      case xport::TxKind::kWrite:
+      case xport::TxKind::kRead:
+        return Kind::kRma;
+      case xport::TxKind::kAtomic:
+        return Kind::kAtomic;
+    }
+    return Kind::kMsg;
+  }
+
+  OpLimits(size_t max_msg_size, size_t inject_size);
+  size_t max(Kind k) const { return max_[index(k)].load(std::memory_order_relaxed); }
+  size_t inject(Kind k) const { return inject_[index(k)].load(std::memory_order_relaxed); }
+  // false (and nothing changes) when `bytes` is above the limit at open.
+  bool set_max(Kind k, size_t bytes);
+  bool set_inject(Kind k, size_t bytes);
+
+ private:
+  static size_t index(Kind k) { return static_cast<size_t>(k); }
+  std::array<size_t, kKinds> max_ceiling_;
+  size_t inject_ceiling_;
+  std::array<std::atomic<size_t>, kKinds> max_;
+  std::array<std::atomic<size_t>, kKinds> inject_;
+};
+
 // What an endpoint notes of a placement (Placement::record): the receive it chose, or the buffer.
 struct PlaceRecord {
   enum class Kind : uint8_t {
@@ -167,7 +205,10 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // Puts the endpoint in the error state and fails its posted receives with `type` as
   // prov_errno. Takes the endpoint's lock; raises nothing.
   [[nodiscard]] Failure fail(uint32_t type) FABQ_EXCLUDES(mu_);
+  // The largest message it accepts (ep_attr->max_msg_size), whatever FI_OPT_MAX_MSG_SIZE says
+  // of what it sends.
   size_t max_msg_size() const { return max_msg_size_; }
+  OpLimits& limits() { return limits_; }
   bool rdm() const { return rdm_; }
   // The secret its connections prove (prov/auth.h); null when none. Fixed at open.
   const core::HmacSha256* auth_key() const { return auth_ ? &*auth_ : nullptr; }
@@ -238,10 +279,11 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // No thread borrows a connection and no buffered message came through `c`. Takes the SRX's
   // lock if there is one.
   bool unreferenced_locked(const Connection* c) FABQ_REQUIRES(mu_);
-  // Takes mu_. `src`: the receive's src_addr; with FI_DIRECTED_RECV (RDM) anything but
-  // FI_ADDR_UNSPEC selects that sender's messages only, and an fi_addr_t the AV does not hold
-  // is -FI_EINVAL. An FI_CLAIM receive finds its message by context; `src` is not read.
-  // `r` is the caller's scratch: it is changed on the way (flags, owner).
+  // Takes mu_. `src`: the receive's src_addr; where directed_ applies to the receive (RDM),
+  // anything but FI_ADDR_UNSPEC selects that sender's messages only, and an fi_addr_t the AV
+  // does not hold, or FI_ADDR_UNSPEC under FI_EXACT_DIRECTED_RECV, is -FI_EINVAL. An FI_CLAIM
+  // receive finds its message by context; `src` is not read. `r` is the caller's scratch: it is
+  // changed on the way (flags, owner).
   ssize_t post_recv(PostedRecv& r, fi_addr_t src);
   ssize_t cancel(void* context);
   // Takes mu_. 0: posted (or failed at once by an injected fault, its error completion written).
@@ -349,6 +391,7 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   const size_t tx_size_;
   const size_t iov_limit_;
   const size_t max_msg_size_;
+  OpLimits limits_;
   const uint64_t tx_op_flags_;
   const uint64_t rx_op_flags_;
   // After the transport's locks, before its SRX's (docs/locking.md).
@@ -388,10 +431,10 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   Cntr* rx_cntr_ = nullptr;
   Av* av_ = nullptr;  // RDM
   const bool rdm_;
-  const bool source_;      // FI_SOURCE asked for
-  const bool source_err_;  // FI_SOURCE_ERR too: unknown senders are error completions
-  const bool directed_;    // FI_DIRECTED_RECV asked for (RDM)
-  const uint64_t caps_;    // info->caps
+  const bool source_;            // FI_SOURCE asked for
+  const bool source_err_;        // FI_SOURCE_ERR too: unknown senders are error completions
+  const DirectedRecv directed_;  // RDM: which receives select their sender
+  const uint64_t caps_;          // info->caps
   const std::optional<core::HmacSha256> auth_;
   sockaddr_in rdm_name_ FABQ_GUARDED_BY(mu_){};
   RecvQueue queue_ FABQ_GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #include <rdma/fi_tagged.h>
 
 #include <cstring>
+#include <optional>
 
 #include "core/cm_data.h"
 #include "core/sockaddr.h"
@@ -278,16 +279,65 @@ struct EpOps {
     return e->enable();
   }
 
-  // FI_OPT_CM_DATA_SIZE (read only), and the receive options (Receives).
-  static int getopt(fid* f, int level, int name, void* val, size_t* len) {
-    if (level != FI_OPT_ENDPOINT || name != FI_OPT_CM_DATA_SIZE) {
-      return R::getopt(f, level, name, val, len);
+  // FI_OPT_MAX_*_SIZE and FI_OPT_INJECT_*_SIZE, for applications of API 1.22 and later: the
+  // limit `name` sets, and whether it is an inject size. nullopt: not one of them.
+  struct SizeOption {
+    OpLimits::Kind kind;
+    bool inject;
+  };
+  static std::optional<SizeOption> size_option(const Endpoint* e, int level, int name) {
+    if (level != FI_OPT_ENDPOINT || !e->domain()->fabric()->api().size_options()) {
+      return std::nullopt;
     }
-    if (Endpoint::from_fid(f) == nullptr || val == nullptr || len == nullptr) return -FI_EINVAL;
+    using K = OpLimits::Kind;
+    switch (name) {
+      case abi2::kOptMaxMsgSize:
+        return SizeOption{K::kMsg, false};
+      case abi2::kOptMaxTaggedSize:
+        return SizeOption{K::kTagged, false};
+      case abi2::kOptMaxRmaSize:
+        return SizeOption{K::kRma, false};
+      case abi2::kOptMaxAtomicSize:
+        return SizeOption{K::kAtomic, false};
+      case abi2::kOptInjectMsgSize:
+        return SizeOption{K::kMsg, true};
+      case abi2::kOptInjectTaggedSize:
+        return SizeOption{K::kTagged, true};
+      case abi2::kOptInjectRmaSize:
+        return SizeOption{K::kRma, true};
+      case abi2::kOptInjectAtomicSize:
+        return SizeOption{K::kAtomic, true};
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // FI_OPT_CM_DATA_SIZE (read only), the size options, and the receive options (Receives).
+  static int getopt(fid* f, int level, int name, void* val, size_t* len) {
+    Endpoint* e = Endpoint::from_fid(f);
+    const bool cm_data = level == FI_OPT_ENDPOINT && name == FI_OPT_CM_DATA_SIZE;
+    const auto size = e != nullptr ? size_option(e, level, name) : std::nullopt;
+    if (!cm_data && !size) return R::getopt(f, level, name, val, len);
+    if (e == nullptr || val == nullptr || len == nullptr) return -FI_EINVAL;
     if (*len < sizeof(size_t)) return -FI_ETOOSMALL;
-    *static_cast<size_t*>(val) = core::kCmDataSize;
+    size_t v = core::kCmDataSize;
+    if (size) v = size->inject ? e->limits().inject(size->kind) : e->limits().max(size->kind);
+    *static_cast<size_t*>(val) = v;
     *len = sizeof(size_t);
     return 0;
+  }
+
+  // The size options: at most what the endpoint had at open (larger: -FI_EINVAL); and the
+  // receive options (Receives).
+  static int setopt(fid* f, int level, int name, const void* val, size_t len) {
+    Endpoint* e = Endpoint::from_fid(f);
+    const auto size = e != nullptr ? size_option(e, level, name) : std::nullopt;
+    if (!size) return R::setopt(f, level, name, val, len);
+    if (val == nullptr || len != sizeof(size_t)) return -FI_EINVAL;
+    const size_t bytes = *static_cast<const size_t*>(val);
+    const bool ok = size->inject ? e->limits().set_inject(size->kind, bytes)
+                                 : e->limits().set_max(size->kind, bytes);
+    return ok ? 0 : -FI_EINVAL;
   }
 
   // --- connection management (fi_cm(3))
@@ -552,7 +602,7 @@ struct EpOps {
       .size = sizeof(fi_ops_ep),
       .cancel = R::cancel,
       .getopt = getopt,
-      .setopt = R::setopt,
+      .setopt = setopt,
       .tx_ctx = enosys<fid_ep*, int, fi_tx_attr*, fid_ep**, void*>,
       .rx_ctx = enosys<fid_ep*, int, fi_rx_attr*, fid_ep**, void*>,
       .rx_size_left = rx_size_left,

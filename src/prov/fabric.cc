@@ -88,7 +88,7 @@ Fabric* Fabric::from_fid(const fid* f) {
 }
 
 Fabric::Fabric(const fi_fabric_attr& attr, void* context)
-    : Object(FI_CLASS_FABRIC, nullptr), name_(attr.name), api_version_(attr.api_version) {
+    : Object(FI_CLASS_FABRIC, nullptr), name_(attr.name), api_(attr.api_version) {
   init_fid(&box_.fid.fid, FI_CLASS_FABRIC, context, &FabricOps::fi_ops_);
   box_.fid.ops = &FabricOps::fabric_ops_;
   box_.fid.api_version = attr.api_version;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/mutex.h"
+#include "prov/api_version.h"
 #include "prov/object.h"
 #include "prov/outbox.h"
 #include "xport/transport.h"
@@ -34,9 +35,10 @@ class Fabric final : public Object {
   ~Fabric() override;
   fid_fabric* handle() { return &box_.fid; }
   const std::string& name() const { return name_; }
-  uint32_t api_version() const { return api_version_; }
-  // API < 1.5: err_data of readerr is always provider-owned and err_data_size does not exist.
-  bool legacy_err_data() const { return api_version_ < FI_VERSION(1, 5); }
+  // The API version the application asked for (fabric_attr->api_version): what fabq's answers
+  // follow (prov/api_version.h).
+  ApiVersion api() const { return api_; }
+  bool legacy_err_data() const { return api_.legacy_err_data(); }
 
   // EQ accounting against the per-fabric limit: false when the limit is reached.
   bool acquire_eq_slot();
@@ -60,7 +62,7 @@ class Fabric final : public Object {
 
   FidBox<fid_fabric> box_;
   std::string name_;
-  uint32_t api_version_;
+  const ApiVersion api_;
   std::atomic<size_t> eqs_{0};
   // Outlives the transport, which ~Fabric's body destroys, and with it the progress thread
   // that publishes this after its rounds.

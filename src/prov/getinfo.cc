@@ -18,6 +18,7 @@
 
 #include "core/cq.h"
 #include "core/unique_fd.h"
+#include "prov/api_version.h"
 #include "prov/auth.h"
 #include "prov/domain.h"
 #include "prov/object.h"
@@ -53,9 +54,17 @@ constexpr uint64_t kRdmDefaultCaps = kDefaultCaps | FI_SOURCE;
 // divides them. Reported as libfabric's own providers report "any 64-bit format".
 constexpr uint64_t kMemTagFormat = 0xAAAAAAAAAAAAAAAAULL;
 
+// libfabric 2's variants of FI_DIRECTED_RECV (RDM): for tagged receives only, and without
+// FI_ADDR_UNSPEC. Caps bit 48 was FI_VARIABLE_MSG before 2.0, which fabq does not offer.
+constexpr uint64_t kV2DirectedCaps = abi2::kTaggedDirectedRecv | abi2::kExactDirectedRecv;
+
+uint64_t rdm_rx_caps(ApiVersion api) {
+  return kRdmRxCaps | (api.v2() ? kV2DirectedCaps : 0);
+}
+
 // The capabilities an endpoint type supports.
-uint64_t caps_of(fi_ep_type type) {
-  return type == FI_EP_RDM ? kRdmCaps : kMsgCaps;
+uint64_t caps_of(fi_ep_type type, ApiVersion api) {
+  return type == FI_EP_RDM ? kRdmCaps | (api.v2() ? kV2DirectedCaps : 0) : kMsgCaps;
 }
 uint64_t default_caps_of(fi_ep_type type) {
   return type == FI_EP_RDM ? kRdmDefaultCaps : kDefaultCaps;
@@ -166,13 +175,26 @@ void* dup_addr(const sockaddr_in& a, size_t* len) {
   return p;
 }
 
-// Threading models fabq can honour: all of them (its objects are thread safe).
-bool threading_ok(int t) {
+// Threading models fabq can honour: all of them (its objects are thread safe), but those
+// libfabric 2 no longer has.
+bool threading_ok(int t, ApiVersion api) {
+  if (api.v2() && (t == FI_THREAD_FID || t == FI_THREAD_ENDPOINT)) return false;
   return t >= FI_THREAD_UNSPEC && t <= FI_THREAD_ENDPOINT;
 }
 
-bool progress_ok(int p) {
-  return p == FI_PROGRESS_UNSPEC || p == FI_PROGRESS_AUTO || p == FI_PROGRESS_MANUAL;
+// FI_PROGRESS_CONTROL_UNIFIED is manual progress whose control calls the application
+// serialises: fabq's are thread safe anyway.
+bool progress_ok(int p, ApiVersion api) {
+  return p == FI_PROGRESS_UNSPEC || p == FI_PROGRESS_AUTO || p == FI_PROGRESS_MANUAL ||
+         (api.control_unified() && p == abi2::kProgressControlUnified);
+}
+
+// A libfabric 2 tag format fabq's 64-bit matching serves: FI_TAG_BITS, FI_TAG_MPI (a 32-bit tag
+// and an 8-bit payload id, each matched or ignored as a field), FI_TAG_CCL (exact match) and
+// 1.x's bit fields. Below 2.0 every value is bit fields.
+bool tag_format_ok(uint64_t f, ApiVersion api) {
+  return !api.v2() || f == abi2::kTagBits || f == abi2::kTagMpi || f == abi2::kTagCcl ||
+         f >= abi2::kTagMaxFormat;
 }
 
 bool resource_mgmt_ok(int r) {
@@ -191,9 +213,9 @@ bool tx_ok(const fi_tx_attr* h) {
          h->iov_limit <= kIovLimit && h->rma_iov_limit <= 1;
 }
 
-bool rx_ok(const fi_rx_attr* h) {
+bool rx_ok(const fi_rx_attr* h, ApiVersion api) {
   if (h == nullptr) return true;
-  return subset(h->caps, kRdmRxCaps | kDomainCaps) && subset(h->op_flags, kRxOpFlags) &&
+  return subset(h->caps, rdm_rx_caps(api) | kDomainCaps) && subset(h->op_flags, kRxOpFlags) &&
          subset(h->msg_order, kMsgOrder) && subset(h->comp_order, kCompOrder) &&
          h->total_buffered_recv <= kMaxMsgSize && h->size <= kQueueDepth &&
          h->iov_limit <= kIovLimit;
@@ -217,7 +239,7 @@ bool copy_auth_key(const uint8_t* key, size_t size, uint8_t** out, size_t* out_s
   return true;
 }
 
-bool ep_ok(const fi_ep_attr* h) {
+bool ep_ok(const fi_ep_attr* h, ApiVersion api) {
   if (h == nullptr) return true;
   const bool one_ctx = h->tx_ctx_cnt <= 1 && h->rx_ctx_cnt <= 1;
   const int type = raw_enum(h->type);
@@ -226,20 +248,35 @@ bool ep_ok(const fi_ep_attr* h) {
          h->protocol_version <= kProtocolVersion && h->max_msg_size <= kMaxMsgSize &&
          h->msg_prefix_size == 0 && h->max_order_raw_size <= kMaxMsgSize &&
          h->max_order_war_size <= kMaxMsgSize && h->max_order_waw_size <= kMaxMsgSize && one_ctx &&
-         auth_key_ok(h->auth_key, h->auth_key_size);
+         auth_key_ok(h->auth_key, h->auth_key_size) && tag_format_ok(h->mem_tag_format, api);
 }
 
-bool domain_ok(const fi_domain_attr* h, const Iface& iface) {
+// What fabq's domains have of the members libfabric added after 1.17: one authorization key
+// per endpoint, no groups, 64-bit counters.
+constexpr abi2::DomainAttrTail kDomainTail = {.max_ep_auth_key = 1,
+                                              .max_group_id = 0,
+                                              .max_cntr_value = UINT64_MAX,
+                                              .max_err_cntr_value = UINT64_MAX};
+
+bool domain_tail_ok(const fi_domain_attr* h, ApiVersion api) {
+  const abi2::DomainAttrTail t = abi2::read_tail(h, api);
+  return t.max_ep_auth_key <= kDomainTail.max_ep_auth_key &&
+         t.max_group_id <= kDomainTail.max_group_id;
+}
+
+bool domain_ok(const fi_domain_attr* h, const Iface& iface, ApiVersion api) {
   if (h == nullptr) return true;
   const Params& p = params();
   if (h->name != nullptr && iface.name != h->name) return false;
-  return threading_ok(raw_enum(h->threading)) && progress_ok(raw_enum(h->control_progress)) &&
-         progress_ok(raw_enum(h->data_progress)) && resource_mgmt_ok(raw_enum(h->resource_mgmt)) &&
-         av_type_ok(raw_enum(h->av_type)) && h->mr_key_size <= kMrKeySize &&
-         h->cq_data_size <= kCqDataSize && h->cq_cnt <= p.cq_max_count && h->ep_cnt <= kEpCount &&
-         h->tx_ctx_cnt <= kEpCount && h->rx_ctx_cnt <= kEpCount && h->max_ep_tx_ctx <= 1 &&
-         h->max_ep_rx_ctx <= 1 && h->max_ep_stx_ctx == 0 && h->max_ep_srx_ctx <= 1 &&
-         h->cntr_cnt <= p.cntr_max_count && h->mr_iov_limit <= 1 && subset(h->caps, kDomainCaps) &&
+  return threading_ok(raw_enum(h->threading), api) &&
+         progress_ok(raw_enum(h->control_progress), api) &&
+         progress_ok(raw_enum(h->data_progress), api) && domain_tail_ok(h, api) &&
+         resource_mgmt_ok(raw_enum(h->resource_mgmt)) && av_type_ok(raw_enum(h->av_type)) &&
+         h->mr_key_size <= kMrKeySize && h->cq_data_size <= kCqDataSize &&
+         h->cq_cnt <= p.cq_max_count && h->ep_cnt <= kEpCount && h->tx_ctx_cnt <= kEpCount &&
+         h->rx_ctx_cnt <= kEpCount && h->max_ep_tx_ctx <= 1 && h->max_ep_rx_ctx <= 1 &&
+         h->max_ep_stx_ctx == 0 && h->max_ep_srx_ctx <= 1 && h->cntr_cnt <= p.cntr_max_count &&
+         h->mr_iov_limit <= 1 && subset(h->caps, kDomainCaps) &&
          auth_key_ok(h->auth_key, h->auth_key_size) && h->max_err_data <= core::kCqMaxErrData &&
          h->mr_cnt <= Domain::kMrCount;
 }
@@ -273,7 +310,16 @@ bool pick_mr_mode(uint32_t version, const fi_info* hints, int* out) {
   return true;
 }
 
-fi_info* make_info(uint32_t version, const fi_info* hints, fi_ep_type type, const Iface& iface,
+// The progress model an info reports for the hints' `asked`: AUTO and CONTROL_UNIFIED when
+// asked for, else MANUAL.
+fi_progress answer_progress(int asked) {
+  if (asked == FI_PROGRESS_AUTO || asked == abi2::kProgressControlUnified) {
+    return static_cast<fi_progress>(asked);
+  }
+  return FI_PROGRESS_MANUAL;
+}
+
+fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const Iface& iface,
                    const std::optional<sockaddr_in>& src, const std::optional<sockaddr_in>& dest,
                    int mr_mode) {
   fi_info* info = fi_allocinfo();
@@ -303,7 +349,7 @@ fi_info* make_info(uint32_t version, const fi_info* hints, fi_ep_type type, cons
   tx->rma_iov_limit = 1;
 
   fi_rx_attr* rx = info->rx_attr;
-  rx->caps = info->caps & kRdmRxCaps;
+  rx->caps = info->caps & rdm_rx_caps(api);
   rx->mode = 0;
   rx->op_flags = hints && hints->rx_attr ? hints->rx_attr->op_flags : 0;
   rx->msg_order = kMsgOrder;
@@ -335,10 +381,8 @@ fi_info* make_info(uint32_t version, const fi_info* hints, fi_ep_type type, cons
   fi_domain_attr* d = info->domain_attr;
   d->name = strdup(iface.name.c_str());
   d->threading = hd && hd->threading != FI_THREAD_UNSPEC ? hd->threading : FI_THREAD_SAFE;
-  d->control_progress =
-      hd && hd->control_progress == FI_PROGRESS_AUTO ? FI_PROGRESS_AUTO : FI_PROGRESS_MANUAL;
-  d->data_progress =
-      hd && hd->data_progress == FI_PROGRESS_AUTO ? FI_PROGRESS_AUTO : FI_PROGRESS_MANUAL;
+  d->control_progress = answer_progress(hd ? raw_enum(hd->control_progress) : 0);
+  d->data_progress = answer_progress(hd ? raw_enum(hd->data_progress) : 0);
   d->resource_mgmt = hd && hd->resource_mgmt != FI_RM_UNSPEC ? hd->resource_mgmt : FI_RM_ENABLED;
   d->av_type = hd ? hd->av_type : FI_AV_UNSPEC;
   d->mr_mode = mr_mode;
@@ -360,12 +404,13 @@ fi_info* make_info(uint32_t version, const fi_info* hints, fi_ep_type type, cons
   d->mr_cnt = Domain::kMrCount;
   const bool domain_key = hd == nullptr || copy_auth_key(hd->auth_key, hd->auth_key_size,
                                                          &d->auth_key, &d->auth_key_size);
+  abi2::write_tail(d, api, kDomainTail);
 
   fi_fabric_attr* f = info->fabric_attr;
   f->name = strdup(iface.fabric.c_str());
   f->prov_name = nullptr;  // libfabric fills in the provider's name
   f->prov_version = kProviderVersion;
-  f->api_version = version;
+  f->api_version = api.raw();
 
   if (d->name == nullptr || f->name == nullptr || info->src_addr == nullptr ||
       (dest && info->dest_addr == nullptr) || !ep_key || !domain_key) {
@@ -396,10 +441,11 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
   if (info == nullptr) return -FI_EINVAL;
   *info = nullptr;
   if ((flags & kCoreProvOnly) != 0) return -FI_ENODATA;
-  if (FI_VERSION_LT(kApiVersion, version)) return -FI_ENODATA;
+  if (FI_VERSION_LT(g_provider.fi_version, version)) return -FI_ENODATA;
+  const ApiVersion api(version);
 
   if (hints != nullptr) {
-    if (!subset(hints->caps, kRdmCaps)) return -FI_ENODATA;
+    if (!subset(hints->caps, caps_of(FI_EP_RDM, api))) return -FI_ENODATA;
     // "Must be paired with FI_SOURCE" (fi_getinfo(3)).
     if ((hints->caps & FI_SOURCE_ERR) != 0 && (hints->caps & FI_SOURCE) == 0) return -FI_ENODATA;
     if (hints->addr_format != FI_FORMAT_UNSPEC && hints->addr_format != FI_SOCKADDR &&
@@ -407,7 +453,7 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
       return -FI_ENODATA;
     }
     if (hints->nic != nullptr) return -FI_ENODATA;
-    if (!tx_ok(hints->tx_attr) || !rx_ok(hints->rx_attr) || !ep_ok(hints->ep_attr)) {
+    if (!tx_ok(hints->tx_attr) || !rx_ok(hints->rx_attr, api) || !ep_ok(hints->ep_attr, api)) {
       return -FI_ENODATA;
     }
   }
@@ -441,7 +487,7 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
   const int asked_type =
       hints != nullptr && hints->ep_attr != nullptr ? raw_enum(hints->ep_attr->type) : FI_EP_UNSPEC;
   for (fi_ep_type t : {FI_EP_MSG, FI_EP_RDM}) {
-    const bool caps_fit = hints == nullptr || subset(hints->caps, caps_of(t));
+    const bool caps_fit = hints == nullptr || subset(hints->caps, caps_of(t, api));
     if ((asked_type == FI_EP_UNSPEC || asked_type == t) && caps_fit) types.push_back(t);
   }
   fi_info* head = nullptr;
@@ -449,11 +495,11 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
   for (const Iface& iface : list_ifaces()) {
     if (local_ip && local_ip->s_addr != iface.addr.s_addr) continue;
     if (hints != nullptr &&
-        (!domain_ok(hints->domain_attr, iface) || !fabric_ok(hints->fabric_attr, iface))) {
+        (!domain_ok(hints->domain_attr, iface, api) || !fabric_ok(hints->fabric_attr, iface))) {
       continue;
     }
     for (fi_ep_type t : types) {
-      fi_info* one = make_info(version, hints, t, iface, src, dest, mr_mode);
+      fi_info* one = make_info(api, hints, t, iface, src, dest, mr_mode);
       if (one == nullptr) {
         fi_freeinfo(head);
         return -FI_ENOMEM;

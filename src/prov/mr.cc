@@ -126,7 +126,7 @@ int mr_regattr(fid* domain_fid, const fi_mr_attr* attr, uint64_t flags, fid_mr**
   if (domain == nullptr || attr == nullptr || out == nullptr) return -FI_EINVAL;
   if ((flags & ~FI_RMA_EVENT) != 0) return -FI_EBADFLAGS;
   // fi_mr_attr grew `iface` in 1.10: an older application's struct ends before it.
-  const bool has_iface = !FI_VERSION_LT(domain->fabric()->api_version(), FI_VERSION(1, 10));
+  const bool has_iface = domain->fabric()->api().mr_iface();
   if (has_iface && attr->iface != FI_HMEM_SYSTEM) return -FI_ENOSYS;
   if ((attr->access & ~kAccess) != 0) return -FI_EINVAL;
   if (attr->iov_count == 0 || attr->iov_count > kMrIovLimit || attr->mr_iov == nullptr) {

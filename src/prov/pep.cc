@@ -79,6 +79,16 @@ namespace {
 
 inline constexpr size_t kReuseAfter = 256;
 
+// fi_dupinfo as fabq binds it (FABRIC_1.3) copies 1.3's members only: the domain attributes
+// added since are copied here, as far as the application's version has them.
+fi_info* dup_info(const fi_info& from, ApiVersion api) {
+  fi_info* to = fi_dupinfo(&from);
+  if (to != nullptr && from.domain_attr != nullptr && to->domain_attr != nullptr) {
+    abi2::write_tail(to->domain_attr, api, abi2::read_tail(from.domain_attr, api));
+  }
+  return to;
+}
+
 struct ConnReqPool {
   // Every request ever made, for the unload.
   std::vector<std::unique_ptr<ConnReq>> all FABQ_GUARDED_BY(g_conn_reqs_mu);
@@ -263,7 +273,7 @@ PassiveEp* PassiveEp::from_fid(const fid* f) {
 PassiveEp::PassiveEp(Fabric* fabric, const fi_info& info, void* context)
     : Object(FI_CLASS_PEP, fabric),
       fabric_(fabric),
-      info_(fi_dupinfo(&info)),
+      info_(dup_info(info, fabric->api())),
       auth_(auth_key_of(info)) {
   init_fid(&box_.fid.fid, FI_CLASS_PEP, context, &PepOps::fi_ops_);
   box_.fid.ops = &PepOps::ep_ops_;
@@ -381,7 +391,7 @@ bool PassiveEp::request(xport::Connection* pending, const sockaddr_in& peer, con
                         size_t len) {
   core::MutexLock lock(mu_);
   if (eq_ == nullptr || closing_) return false;
-  fi_info* info = fi_dupinfo(info_);
+  fi_info* info = dup_info(*info_, fabric_->api());
   if (info == nullptr) return false;
   ConnReq* req = ConnReq::open(fabric_, this, pending, info);
   info->handle = &req->fid_;

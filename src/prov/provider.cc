@@ -58,6 +58,7 @@ extern "C" FI_EXT_INI {
   static bool initialised = false;
   if (initialised) return &fabq::prov::g_provider;
   initialised = true;
+  fabq::prov::g_provider.fi_version = std::max(fabq::prov::kApiVersion, fi_version());
   fabq::prov::set_transport_factory(&fabq::xport::make_tcp_transport);
   define_and_read("eq_max_size", &g_params.eq_max_size,
                   "Largest event queue size fi_eq_open accepts (larger: -FI_EINVAL)");

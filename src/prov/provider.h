@@ -20,7 +20,10 @@ extern fi_provider g_provider;
 
 inline constexpr const char* kProviderName = "fabq";
 inline constexpr uint32_t kProviderVersion = FI_VERSION(0, 1);
-// The libfabric API version fabq implements: the installed headers'.
+// The API version of the headers fabq is built against (1.17). fi_prov_ini declares the newer of
+// this and the loading core's fi_version() as g_provider.fi_version: a core hands a provider only
+// requests up to what it declares, and fabq answers each by the version asked for
+// (prov/api_version.h).
 inline constexpr uint32_t kApiVersion = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
 
 struct Params {

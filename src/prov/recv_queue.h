@@ -40,6 +40,7 @@
 #include <optional>
 #include <vector>
 
+#include "prov/api_version.h"
 #include "xport/transport.h"
 
 namespace fabq::prov {
@@ -56,6 +57,27 @@ using xport::TxLevel;
 using xport::TxOp;
 
 class Endpoint;
+
+// Which receives select their sender by src_addr (fi_getinfo(3)): all of them with
+// FI_DIRECTED_RECV; from libfabric 2.0 on, only tagged ones with FI_TAGGED_DIRECTED_RECV, and
+// with FI_EXACT_DIRECTED_RECV those it applies to (all, when it stands alone) must name one:
+// FI_ADDR_UNSPEC is -FI_EINVAL. Elsewhere src_addr is ignored.
+struct DirectedRecv {
+  bool msg = false;
+  bool tagged = false;
+  bool exact = false;
+
+  static DirectedRecv of(uint64_t caps, ApiVersion api) {
+    const bool all = (caps & FI_DIRECTED_RECV) != 0;
+    const uint64_t v2 = api.v2() ? caps : 0;
+    const bool tagged_only = (v2 & abi2::kTaggedDirectedRecv) != 0;
+    const bool exact = (v2 & abi2::kExactDirectedRecv) != 0;
+    return {.msg = all || (exact && !tagged_only),
+            .tagged = all || tagged_only || exact,
+            .exact = exact};
+  }
+  bool applies(bool tagged_recv) const { return tagged_recv ? tagged : msg; }
+};
 
 // The senders a receive accepts: any (FI_ADDR_UNSPEC, or an endpoint without
 // FI_DIRECTED_RECV), or the one whose RDM name is `name` (the address its fi_addr_t named in the

@@ -19,7 +19,7 @@ Srx::Srx(Domain* domain, const fi_rx_attr& attr, void* context)
       size_(attr.size ? attr.size : 1024),
       iov_limit_(attr.iov_limit ? std::min(attr.iov_limit, kMaxIov) : kMaxIov),
       op_flags_(attr.op_flags),
-      directed_((attr.caps & FI_DIRECTED_RECV) != 0),
+      directed_(DirectedRecv::of(attr.caps, domain->fabric()->api())),
       queue_(size_, params().unexpected_bytes, 4 * size_) {
   init_box(context);
 }
@@ -90,7 +90,10 @@ ssize_t Srx::post_recv(PostedRecv& r, fi_addr_t src) {
     if (failed_) return -FI_EOPBADSTATE;
     // Peeks and claims are the endpoints' own (fi_fabq(7)).
     if (r.flags & (FI_PEEK | FI_CLAIM)) return -FI_EBADFLAGS;
-    if (directed_ && src != FI_ADDR_UNSPEC) {
+    if (directed_.applies(r.tagged) && src == FI_ADDR_UNSPEC && directed_.exact) {
+      return -FI_EINVAL;
+    }
+    if (directed_.applies(r.tagged) && src != FI_ADDR_UNSPEC) {
       // The bound endpoints' AV (set before they were enabled) names the sender.
       auto with_av = std::find_if(endpoints_.begin(), endpoints_.end(),
                                   [](const Endpoint* ep) { return ep->av_ != nullptr; });

@@ -60,9 +60,10 @@ class Srx final : public Object, public AsyncTarget {
   friend struct Receives;
   // Fills box_: the fid's common part, its op tables (ep_ops.cc) and its owner.
   void init_box(void* context);
-  // With FI_DIRECTED_RECV in the SRX's rx_attr caps, `src` other than FI_ADDR_UNSPEC selects
-  // that sender, named in the AV of the first bound endpoint that has one (none, or an
-  // fi_addr_t it does not hold: -FI_EINVAL); else `src` is not read. `r` is the caller's
+  // Where the SRX's rx_attr caps direct the receive (DirectedRecv), `src` other than
+  // FI_ADDR_UNSPEC selects that sender, named in the AV of the first bound endpoint that has
+  // one (none, or an fi_addr_t it does not hold: -FI_EINVAL), and FI_ADDR_UNSPEC under
+  // FI_EXACT_DIRECTED_RECV is -FI_EINVAL; else `src` is not read. `r` is the caller's
   // scratch: it is changed on the way.
   ssize_t post_recv(PostedRecv& r, fi_addr_t src) FABQ_EXCLUDES(mu_);
   // A multi-receive buffer: takes the buffered messages it can hold, then posts what is left.
@@ -81,8 +82,8 @@ class Srx final : public Object, public AsyncTarget {
   Domain* const domain_;
   const size_t size_;
   const size_t iov_limit_;
-  const uint64_t op_flags_;  // rx_attr->op_flags: what fi_recv & co. post with
-  const bool directed_;      // FI_DIRECTED_RECV in rx_attr->caps
+  const uint64_t op_flags_;      // rx_attr->op_flags: what fi_recv & co. post with
+  const DirectedRecv directed_;  // from rx_attr->caps
   // After its endpoints' locks (docs/locking.md); an endpoint bound to it takes it to place
   // messages in its queue.
   core::Mutex mu_;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "libfabric2.h"
 #include "rdm_fixture.h"
 
 namespace fabq::testing {
@@ -14,7 +15,8 @@ namespace {
 
 class DirectedRecv : public Rdm {
  protected:
-  DirectedRecv() : Rdm(FI_MSG | FI_TAGGED | FI_SOURCE | FI_DIRECTED_RECV) {}
+  explicit DirectedRecv(uint64_t directed = FI_DIRECTED_RECV, uint32_t version = kVersion)
+      : Rdm(FI_MSG | FI_TAGGED | FI_SOURCE | directed, version) {}
 
   // Sends `text` from `from` to `to` and waits until `to`'s transport has it: the message is
   // buffered there (unexpected) unless a receive takes it.
@@ -239,6 +241,86 @@ TEST_F(DirectedRecv, WithoutTheCapabilityTheSourceAddressIsIgnored) {
   char any[16] = {};
   EXPECT_EQ(fi_recv(c->ep, any, sizeof(any), nullptr, c->addr + 100, any), 0)
       << "an fi_addr_t the AV does not hold is not looked at";
+}
+
+// libfabric 2.0's variants (fi_getinfo(3)): FI_TAGGED_DIRECTED_RECV "only applies to tagged
+// receive operations"; FI_EXACT_DIRECTED_RECV "requires the source address to be exact, i.e.,
+// FI_ADDR_UNSPEC is not allowed", alone or "as a modifier" of the other two. Skipped where the
+// libfabric the tests run with is older than 2.0 (scripts/test runs them with 2.x too).
+
+class TaggedDirectedRecv : public DirectedRecv {
+ protected:
+  TaggedDirectedRecv() : DirectedRecv(lf2::kTaggedDirectedRecv, FI_VERSION(2, 0)) {}
+};
+
+TEST_F(TaggedDirectedRecv, ATaggedReceiveForOneSenderIsNotTakenByAnother) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  Ep* c = open_ep();
+  EXPECT_NE(info_->rx_attr->caps & lf2::kTaggedDirectedRecv, 0U);
+  char for_b[32] = {};
+  ASSERT_EQ(fi_trecv(c->ep, for_b, sizeof(for_b), nullptr, b->addr, 7, 0, for_b), 0);
+  send_arrived(a, c, "from a", 7, /*tagged=*/true);
+  EXPECT_FALSE(any_completion_within(c->cq, 50)) << "a's message took b's tagged receive";
+  send_arrived(b, c, "from b", 7, /*tagged=*/true);
+  EXPECT_EQ(received(c), std::string(for_b));
+  EXPECT_STREQ(for_b, "from b");
+}
+
+TEST_F(TaggedDirectedRecv, AnUntaggedReceiveIgnoresItsSourceAddress) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  Ep* c = open_ep();
+  char buf[32] = {};
+  ASSERT_EQ(fi_recv(c->ep, buf, sizeof(buf), nullptr, b->addr, buf), 0);
+  send_arrived(a, c, "from a");
+  EXPECT_EQ(received(c), std::string(buf));
+  EXPECT_STREQ(buf, "from a");
+  EXPECT_EQ(fi_recv(c->ep, buf, sizeof(buf), nullptr, c->addr + 100, buf), 0)
+      << "an untagged receive's fi_addr_t is not looked at";
+}
+
+class ExactDirectedRecv : public DirectedRecv {
+ protected:
+  ExactDirectedRecv() : DirectedRecv(lf2::kExactDirectedRecv, FI_VERSION(2, 0)) {}
+};
+
+TEST_F(ExactDirectedRecv, AloneEveryReceiveMustNameItsSender) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  Ep* c = open_ep();
+  char buf[32] = {};
+  EXPECT_EQ(fi_recv(c->ep, buf, sizeof(buf), nullptr, FI_ADDR_UNSPEC, buf), -FI_EINVAL);
+  EXPECT_EQ(fi_trecv(c->ep, buf, sizeof(buf), nullptr, FI_ADDR_UNSPEC, 7, 0, buf), -FI_EINVAL);
+  ASSERT_EQ(fi_recv(c->ep, buf, sizeof(buf), nullptr, b->addr, buf), 0);
+  send_arrived(a, c, "from a");
+  EXPECT_FALSE(any_completion_within(c->cq, 50)) << "a's message took b's receive";
+  send_arrived(b, c, "from b");
+  EXPECT_EQ(received(c), std::string(buf));
+  EXPECT_STREQ(buf, "from b");
+}
+
+TEST_F(ExactDirectedRecv, WithTaggedDirectedRecvOnlyTaggedReceivesMustNameOne) {
+  Ep* a = open_ep();
+  Ep* c = open_ep({.caps = info_->caps | lf2::kTaggedDirectedRecv});
+  char buf[32] = {};
+  EXPECT_EQ(fi_trecv(c->ep, buf, sizeof(buf), nullptr, FI_ADDR_UNSPEC, 7, 0, buf), -FI_EINVAL);
+  ASSERT_EQ(fi_recv(c->ep, buf, sizeof(buf), nullptr, FI_ADDR_UNSPEC, buf), 0);
+  send_arrived(a, c, "from a");
+  EXPECT_EQ(received(c), std::string(buf));
+  EXPECT_STREQ(buf, "from a");
+}
+
+TEST_F(ExactDirectedRecv, ASharedReceiveContextRefusesFiAddrUnspecToo) {
+  Ep* a = open_ep();
+  fid_ep* srx = open_srx(FI_MSG | FI_RECV | lf2::kExactDirectedRecv);
+  Ep* c = open_ep({.srx = srx});
+  char buf[16] = {};
+  EXPECT_EQ(fi_recv(srx, buf, sizeof(buf), nullptr, FI_ADDR_UNSPEC, buf), -FI_EINVAL);
+  ASSERT_EQ(fi_recv(srx, buf, sizeof(buf), nullptr, a->addr, buf), 0);
+  send_arrived(a, c, "from a");
+  EXPECT_EQ(received(c), std::string(buf));
+  EXPECT_STREQ(buf, "from a");
 }
 
 }  // namespace

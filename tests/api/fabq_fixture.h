@@ -19,9 +19,10 @@
 
 namespace fabq::testing {
 
-// Hints naming fabq and the loopback interface. The caller owns the result (fi_freeinfo).
-inline fi_info* fabq_hints() {
-  fi_info* hints = fi_allocinfo();
+// Hints naming fabq and the loopback interface: `hints` (fi_allocinfo() when null) filled in.
+// The caller owns the result (fi_freeinfo).
+inline fi_info* fabq_hints(fi_info* hints = nullptr) {
+  if (hints == nullptr) hints = fi_allocinfo();
   if (hints == nullptr) return nullptr;
   hints->fabric_attr->prov_name = strdup("fabq");
   hints->domain_attr->name = strdup("lo");

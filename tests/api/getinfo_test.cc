@@ -855,14 +855,7 @@ TEST(Getinfo, NodeNotOwnedByAnyInterfaceWithFiSourceGivesEnodata) {
 // ----------------------------------------------------------------------------------------------
 // API versions.
 
-TEST(Getinfo, ApiVersionNewerThanFabqReturnsNoFabqInfo) {
-  auto hints = fabq_only_hints();
-  auto [rc, info] = getinfo(FI_VERSION(1, 99), nullptr, nullptr, 0, hints.get());
-  EXPECT_NE(rc, 0);
-  for (const fi_info* i : as_vector(info.get())) {
-    EXPECT_STRNE(prov_name(i), "fabq") << "fabq implements API 1.17 only";
-  }
-}
+// Versions newer than the core, and the versions of libfabric 2: api_version_test.cc.
 
 TEST(Getinfo, OldApiVersion14ReportsMrScalable) {
   auto hints = lo_hints();
