@@ -1,5 +1,5 @@
-// libfabric's own fi_pingpong (libfabric-bin) over the provider under test with MSG endpoints:
-// a server and a client process, both exiting 0, with data checks (-c).
+// libfabric's own fi_pingpong (libfabric-bin, or FABQ_FI_PINGPONG) over the provider under test
+// with MSG endpoints: a server and a client process, both exiting 0, with data checks (-c).
 //
 // fi_pingpong (1.17) binds its server's control socket to INADDR_ANY and opens the fabric on
 // the first interface the provider lists, with no option to name an address: the test runs it
@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -29,7 +30,12 @@
 namespace fabq::testing {
 namespace {
 
-constexpr const char* kPingpong = "/usr/bin/fi_pingpong";
+// libfabric-bin's, or the one FABQ_FI_PINGPONG names (scripts/test: libfabric 2.x's, which
+// asks fi_getinfo for API 2.x).
+const char* const kPingpong = [] {
+  const char* p = std::getenv("FABQ_FI_PINGPONG");
+  return p != nullptr && *p != '\0' ? p : "/usr/bin/fi_pingpong";
+}();
 // The control port: any port is free in a namespace of our own.
 constexpr uint16_t kControlPort = 47592;
 constexpr int kRunSeconds = 8;
