@@ -17,6 +17,7 @@
 #include "prov/provider.h"
 #include "prov/rma_ops.h"
 #include "prov/srx.h"
+#include "prov/stx.h"
 #include "prov/wait_set.h"
 
 namespace fabq::prov {
@@ -71,7 +72,7 @@ struct DomainOps {
       .scalable_ep = enosys<fid_domain*, fi_info*, fid_ep**, void*>,
       .cntr_open = open_cntr,
       .poll_open = open_poll_set,
-      .stx_ctx = enosys<fid_domain*, fi_tx_attr*, fid_stx**, void*>,
+      .stx_ctx = open_stx,
       .srx_ctx = open_srx,
       .query_atomic = query_atomic,
       .query_collective = enosys<fid_domain*, enum fi_collective_op, fi_collective_attr*, uint64_t>,

@@ -19,6 +19,7 @@
 #include "prov/fabric.h"
 #include "prov/provider.h"
 #include "prov/srx.h"
+#include "prov/stx.h"
 
 namespace fabq::prov {
 namespace {
@@ -186,6 +187,11 @@ Endpoint::~Endpoint() {
       }
     }
     srx_->release();
+  }
+  // 6. The shared transmit context gets back the slots of the sends dropped with it.
+  if (stx_ != nullptr) {
+    tx_ring_.unshare();
+    stx_->release();
   }
   if (eq_ != nullptr) eq_->queue().purge(&box_.fid.fid);
   // Receives still posted are dropped with the endpoint (fi_endpoint(3)), and those waiting for
@@ -969,22 +975,27 @@ ssize_t Endpoint::post_send(const SendRequest& req) {
       conn = conn_.get();
       if (conn == nullptr || !conn->connected()) return -FI_ENOTCONN;
     }
-    if (tx_ring_.full()) return -FI_EAGAIN;
     const bool reserve = tx_cq_ != nullptr && !req.inject_call;
+    // A slot of the ring, and of the shared transmit context if one is bound.
+    op = tx_ring_.take(reserve);
+    if (op == nullptr) return -FI_EAGAIN;
     if (reserve) {
-      if (core::Status s = tx_cq_->queue().reserve(1); !s.ok()) return s.to_fi();
+      if (core::Status s = tx_cq_->queue().reserve(1); !s.ok()) {
+        tx_ring_.release(op);
+        return s.to_fi();
+      }
     }
     if (rdm_) {
       int err = 0;
       conn = peer_locked(req.dest, &fresh, &peer, &dead, &err);
       if (conn == nullptr) {
         if (reserve) tx_cq_->queue().cancel_reservation(1);
+        tx_ring_.release(op);
         return err;
       }
       if (fresh) announce = rdm_name_;
       borrowed_.fetch_add(1, std::memory_order_relaxed);
     }
-    op = tx_ring_.take(reserve);
     op->kind = req.kind;
     op->context = req.context;
     op->tagged = req.tagged;

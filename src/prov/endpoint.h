@@ -74,6 +74,7 @@ class Domain;
 class Eq;
 class Outbox;
 class Srx;
+class Stx;
 
 // Whether each of the `count` buffers is one the application named: no bytes, or some at an
 // address. A null address with a length would be written to (or read from) only when a message
@@ -423,6 +424,8 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   Cntr* rem_write_cntr_ = nullptr;
   Cntr* rem_read_cntr_ = nullptr;
   Srx* srx_ FABQ_GUARDED_BY(mu_) = nullptr;
+  // A shared transmit context whose slots its sends also take (tx_ring_ draws on it).
+  Stx* stx_ FABQ_GUARDED_BY(mu_) = nullptr;
   std::atomic<Cq*> rx_cq_{nullptr};  // set once at bind (release), under mu_
   // What a receive's completion reads (complete_recv), also under an SRX's lock only: set under
   // mu_ at bind, which is refused once the endpoint is enabled, and fixed after that, when

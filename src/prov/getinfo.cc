@@ -241,7 +241,9 @@ bool copy_auth_key(const uint8_t* key, size_t size, uint8_t** out, size_t* out_s
 
 bool ep_ok(const fi_ep_attr* h, ApiVersion api) {
   if (h == nullptr) return true;
-  const bool one_ctx = h->tx_ctx_cnt <= 1 && h->rx_ctx_cnt <= 1;
+  // One context of each, or the shared ones of fi_stx_context and fi_srx_context.
+  const bool one_ctx = (h->tx_ctx_cnt <= 1 || h->tx_ctx_cnt == FI_SHARED_CONTEXT) &&
+                       (h->rx_ctx_cnt <= 1 || h->rx_ctx_cnt == FI_SHARED_CONTEXT);
   const int type = raw_enum(h->type);
   return (type == FI_EP_UNSPEC || type == FI_EP_MSG || type == FI_EP_RDM) &&
          (h->protocol == FI_PROTO_UNSPEC || h->protocol == kProtocol) &&
@@ -275,7 +277,7 @@ bool domain_ok(const fi_domain_attr* h, const Iface& iface, ApiVersion api) {
          h->mr_key_size <= kMrKeySize && h->cq_data_size <= kCqDataSize &&
          h->cq_cnt <= p.cq_max_count && h->ep_cnt <= kEpCount && h->tx_ctx_cnt <= kEpCount &&
          h->rx_ctx_cnt <= kEpCount && h->max_ep_tx_ctx <= 1 && h->max_ep_rx_ctx <= 1 &&
-         h->max_ep_stx_ctx == 0 && h->max_ep_srx_ctx <= 1 && h->cntr_cnt <= p.cntr_max_count &&
+         h->max_ep_stx_ctx <= 1 && h->max_ep_srx_ctx <= 1 && h->cntr_cnt <= p.cntr_max_count &&
          h->mr_iov_limit <= 1 && subset(h->caps, kDomainCaps) &&
          auth_key_ok(h->auth_key, h->auth_key_size) && h->max_err_data <= core::kCqMaxErrData &&
          h->mr_cnt <= Domain::kMrCount;
@@ -310,6 +312,17 @@ bool pick_mr_mode(uint32_t version, const fi_info* hints, int* out) {
   return true;
 }
 
+// fi_getinfo(3): FI_MSG or FI_TAGGED without FI_SEND or FI_RECV means both; FI_RMA or FI_ATOMIC
+// without FI_READ, FI_WRITE, FI_REMOTE_READ or FI_REMOTE_WRITE means all four. The info says so,
+// as libfabric's own providers' do, so that an application can bind a counter for what it has.
+uint64_t with_directions(uint64_t caps) {
+  constexpr uint64_t kMsgDirections = FI_SEND | FI_RECV;
+  constexpr uint64_t kRmaDirections = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  if ((caps & (FI_MSG | FI_TAGGED)) != 0 && (caps & kMsgDirections) == 0) caps |= kMsgDirections;
+  if ((caps & kOneSided) != 0 && (caps & kRmaDirections) == 0) caps |= kRmaDirections;
+  return caps;
+}
+
 // The progress model an info reports for the hints' `asked`: AUTO and CONTROL_UNIFIED when
 // asked for, else MANUAL.
 fi_progress answer_progress(int asked) {
@@ -325,7 +338,7 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
   fi_info* info = fi_allocinfo();
   if (info == nullptr) return nullptr;
   const uint64_t asked_caps = hints != nullptr ? hints->caps : 0;
-  info->caps = asked_caps != 0 ? asked_caps : default_caps_of(type);
+  info->caps = with_directions(asked_caps != 0 ? asked_caps : default_caps_of(type));
   info->mode = 0;
   info->addr_format = FI_SOCKADDR_IN;
   // A passive endpoint (or a CONNREQ) named in the hints goes on to the endpoint it opens.
@@ -371,8 +384,8 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
   // An application's own tag format is kept: every format fits in fabq's 64 bits.
   ep->mem_tag_format =
       he != nullptr && he->mem_tag_format != 0 ? he->mem_tag_format : kMemTagFormat;
-  ep->tx_ctx_cnt = 1;
-  ep->rx_ctx_cnt = 1;
+  ep->tx_ctx_cnt = he != nullptr && he->tx_ctx_cnt == FI_SHARED_CONTEXT ? FI_SHARED_CONTEXT : 1;
+  ep->rx_ctx_cnt = he != nullptr && he->rx_ctx_cnt == FI_SHARED_CONTEXT ? FI_SHARED_CONTEXT : 1;
   const bool ep_key = he == nullptr || copy_auth_key(he->auth_key, he->auth_key_size, &ep->auth_key,
                                                      &ep->auth_key_size);
 
@@ -381,7 +394,10 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
   fi_domain_attr* d = info->domain_attr;
   d->name = strdup(iface.name.c_str());
   d->threading = hd && hd->threading != FI_THREAD_UNSPEC ? hd->threading : FI_THREAD_SAFE;
-  d->control_progress = answer_progress(hd ? raw_enum(hd->control_progress) : 0);
+  // libfabric 2 has one progress model, `progress` (data_progress's place), for both.
+  d->control_progress = hd && raw_enum(hd->data_progress) == abi2::kProgressControlUnified
+                            ? static_cast<fi_progress>(abi2::kProgressControlUnified)
+                            : answer_progress(hd ? raw_enum(hd->control_progress) : 0);
   d->data_progress = answer_progress(hd ? raw_enum(hd->data_progress) : 0);
   d->resource_mgmt = hd && hd->resource_mgmt != FI_RM_UNSPEC ? hd->resource_mgmt : FI_RM_ENABLED;
   d->av_type = hd ? hd->av_type : FI_AV_UNSPEC;
@@ -394,7 +410,7 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
   d->rx_ctx_cnt = kEpCount;
   d->max_ep_tx_ctx = 1;
   d->max_ep_rx_ctx = 1;
-  d->max_ep_stx_ctx = 0;
+  d->max_ep_stx_ctx = 1;
   d->max_ep_srx_ctx = 1;
   d->cntr_cnt = p.cntr_max_count;
   d->mr_iov_limit = 1;

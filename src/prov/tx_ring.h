@@ -10,9 +10,12 @@
 // Memory: every slot is allocated when the ring is made; taking and freeing one allocates
 // nothing. An op's address stays the same for the ring's life (the transport keeps it).
 //
-// Thread safety: none; the endpoint's lock guards it.
+// Thread safety: none; the endpoint's lock guards it (TxCredits, shared between endpoints, is
+// atomic).
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -22,6 +25,31 @@
 namespace fabq::prov {
 
 using xport::TxOp;
+
+// The transmit slots of a shared transmit context (fi_stx_context): every endpoint bound to it
+// takes one for each send it posts, besides a slot of its own ring, and gives it back when the
+// send is freed. Any thread: a CAS loop on one atomic. Acquire on take pairs with the release on
+// give, so a slot's previous user is done with it before its next one starts.
+class TxCredits {
+ public:
+  explicit TxCredits(size_t n) : free_(n) {}
+  TxCredits(const TxCredits&) = delete;
+  TxCredits& operator=(const TxCredits&) = delete;
+  // false when none is free.
+  bool take() {
+    size_t f = free_.load(std::memory_order_relaxed);
+    do {
+      if (f == 0) return false;
+    } while (!free_.compare_exchange_weak(f, f - 1, std::memory_order_acquire,
+                                          std::memory_order_relaxed));
+    return true;
+  }
+  void give() { free_.fetch_add(1, std::memory_order_release); }
+  size_t free_count() const { return free_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<size_t> free_;
+};
 
 class TxRing {
  public:
@@ -35,15 +63,25 @@ class TxRing {
   explicit TxRing(size_t size);
   TxRing(const TxRing&) = delete;
   TxRing& operator=(const TxRing&) = delete;
+  ~TxRing() { unshare(); }
+
+  // From now on every slot taken also takes one of `shared` (a shared transmit context's),
+  // which must outlive the ring, or unshare(). Before the first take.
+  void share(TxCredits* shared) { shared_ = shared; }
+  // Gives the shared context back the slots still taken, and draws on it no more.
+  void unshare();
 
   size_t size() const { return ops_.size(); }
-  // Free slots (fi_tx_size_left).
-  size_t free_count() const { return free_top_; }
-  bool full() const { return free_top_ == 0; }
+  // Free slots (fi_tx_size_left): the ring's, or the shared context's if it has fewer.
+  size_t free_count() const {
+    return shared_ != nullptr ? std::min(free_top_, shared_->free_count()) : free_top_;
+  }
 
-  // Takes a free slot (the ring must not be full) and returns its op, reset but for its new
-  // sequence number; the slot is submitted. `reserved`: the send holds a transmit CQ slot.
+  // Takes a free slot and returns its op, reset but for its new sequence number; the slot is
+  // submitted. Null when the ring, or the shared context it draws on, has none free.
+  // `reserved`: the send holds a transmit CQ slot.
   TxOp* take(bool reserved) {
+    if (free_top_ == 0 || (shared_ != nullptr && !shared_->take())) return nullptr;
     const uint32_t index = free_[--free_top_];
     TxOp* op = &ops_[index];
     *op = TxOp{};
@@ -58,6 +96,7 @@ class TxRing {
     state_[index] = Slot::kFree;
     reserved_[index] = 0;
     free_[free_top_++] = index;
+    if (shared_ != nullptr) shared_->give();
   }
   // `op` is written whole and awaits an acknowledgement.
   void mark_written(TxOp* op) { state_[index_of(op)] = Slot::kWritten; }
@@ -90,6 +129,7 @@ class TxRing {
   std::vector<Slot> state_;        // per slot
   std::vector<uint8_t> reserved_;  // per slot: holds a transmit CQ slot
   uint32_t gen_ = 0;               // the next sequence number's generation
+  TxCredits* shared_ = nullptr;    // a shared transmit context's slots, if bound
 };
 
 }  // namespace fabq::prov

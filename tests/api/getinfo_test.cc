@@ -315,7 +315,8 @@ TEST(Getinfo, OnlyRdmOffersFiSource) {
   ASSERT_EQ(rc2, 0) << fi_strerror(-rc2);
   for (const fi_info* i : as_vector(rdm.get())) {
     EXPECT_EQ(i->ep_attr->type, FI_EP_RDM);
-    EXPECT_EQ(i->caps, FI_TAGGED | FI_SOURCE) << "the caps asked for";
+    EXPECT_EQ(i->caps, FI_TAGGED | FI_SOURCE | FI_SEND | FI_RECV)
+        << "the caps asked for, FI_TAGGED with both its directions";
   }
   hints->ep_attr->type = FI_EP_MSG;
   auto [rc3, none] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
@@ -386,6 +387,30 @@ TEST(Getinfo, UnsupportedCapsGiveEnodata) {
   }
 }
 
+// fi_getinfo(3): "If neither FI_SEND nor FI_RECV is specified, then both are assumed"; and for
+// FI_RMA and FI_ATOMIC, FI_READ, FI_WRITE, FI_REMOTE_READ and FI_REMOTE_WRITE. The info says what
+// was assumed, so that an application may bind counters for it.
+TEST(Getinfo, CapsWithoutDirectionsReportTheDirectionsAssumed) {
+  auto hints = lo_hints();
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->caps = FI_MSG | FI_RMA | FI_ATOMIC;
+  auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+  constexpr uint64_t kAll =
+      FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  for (const fi_info* i : as_vector(info.get())) {
+    EXPECT_EQ(i->caps & kAll, kAll);
+    EXPECT_EQ(i->tx_attr->caps & kAll, FI_SEND | FI_READ | FI_WRITE);
+    EXPECT_EQ(i->rx_attr->caps & kAll, FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE);
+  }
+  hints->caps = FI_MSG | FI_SEND | FI_RMA | FI_REMOTE_WRITE;
+  auto [rc2, given] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc2, 0) << fi_strerror(-rc2);
+  for (const fi_info* i : as_vector(given.get())) {
+    EXPECT_EQ(i->caps, hints->caps) << "directions given are kept as they are";
+  }
+}
+
 TEST(Getinfo, DirectedRecvAndSourceErrAreGrantedOnRdmOnlyWhenAsked) {
   auto hints = lo_hints();
   auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
@@ -399,7 +424,7 @@ TEST(Getinfo, DirectedRecvAndSourceErrAreGrantedOnRdmOnlyWhenAsked) {
   ASSERT_EQ(rc2, 0) << fi_strerror(-rc2);
   for (const fi_info* i : as_vector(rdm.get())) {
     EXPECT_EQ(i->ep_attr->type, FI_EP_RDM);
-    EXPECT_EQ(i->caps, hints->caps);
+    EXPECT_EQ(i->caps, hints->caps | FI_SEND | FI_RECV);
     EXPECT_EQ(i->rx_attr->caps & hints->caps,
               FI_TAGGED | FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV)
         << "receive capabilities are in rx_attr->caps too";

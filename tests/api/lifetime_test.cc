@@ -692,10 +692,18 @@ TEST_F(Lifetime, AnSrxContextIsHeldByTheEndpointsBoundToIt) {
   EXPECT_EQ(fi_close(&srx->fid), 0);
 }
 
-TEST_F(Lifetime, StxContextIsNotSupported) {
+TEST_F(Lifetime, StxContextStaysWhileAnEndpointIsBoundToIt) {
   fi_tx_attr attr{};
   fid_stx* stx = nullptr;
-  EXPECT_EQ(fi_stx_context(domain_, &attr, &stx, nullptr), -FI_ENOSYS);
+  ASSERT_EQ(fi_stx_context(domain_, &attr, &stx, nullptr), 0);
+  fid_ep* ep = nullptr;
+  ASSERT_EQ(fi_endpoint(domain_, info_, &ep, nullptr), 0);
+  ASSERT_EQ(fi_ep_bind(ep, &stx->fid, 0), 0);
+  EXPECT_EQ(fi_ep_bind(ep, &stx->fid, 0), -FI_EBUSY) << "one STX per endpoint";
+  EXPECT_EQ(fi_close(&stx->fid), -FI_EBUSY);
+  EXPECT_EQ(fi_close(&domain_->fid), -FI_EBUSY);
+  EXPECT_EQ(fi_close(&ep->fid), 0);
+  EXPECT_EQ(fi_close(&stx->fid), 0);
 }
 
 TEST_F(Lifetime, ScalableEndpointIsNotSupported) {

@@ -66,6 +66,7 @@ class Rdm : public ::testing::Test {
       delete e;
     }
     for (fid_ep* srx : srxs_) EXPECT_EQ(fi_close(&srx->fid), 0);
+    for (fid_stx* stx : stxs_) EXPECT_EQ(fi_close(&stx->fid), 0);
     for (fid_cntr* c : cntrs_) EXPECT_EQ(fi_close(&c->fid), 0);
     for (fid_av* av : avs_) EXPECT_EQ(fi_close(&av->fid), 0);
     if (domain_ != nullptr) {
@@ -101,6 +102,7 @@ class Rdm : public ::testing::Test {
     fid_av* av = nullptr;         // the fixture's by default
     uint64_t caps = 0;            // the info's by default
     fid_ep* srx = nullptr;        // bound before fi_enable
+    fid_stx* stx = nullptr;       // bound before fi_enable
     uint64_t cq_flags = 0;        // more fi_ep_bind flags for the CQ (FI_SELECTIVE_COMPLETION)
     uint64_t rx_op_flags = 0;     // rx_attr->op_flags
     fid_cntr* tx_cntr = nullptr;  // bound for FI_SEND before fi_enable
@@ -130,6 +132,9 @@ class Rdm : public ::testing::Test {
     if (o.srx != nullptr) {
       EXPECT_EQ(fi_ep_bind(e->ep, &o.srx->fid, 0), 0);
     }
+    if (o.stx != nullptr) {
+      EXPECT_EQ(fi_ep_bind(e->ep, &o.stx->fid, 0), 0);
+    }
     if (o.tx_cntr != nullptr) {
       EXPECT_EQ(fi_ep_bind(e->ep, &o.tx_cntr->fid, FI_SEND), 0);
     }
@@ -140,6 +145,15 @@ class Rdm : public ::testing::Test {
     return e;
   }
   Ep* open_ep(fid_av* av = nullptr, uint64_t caps = 0) { return open_ep({.av = av, .caps = caps}); }
+  // An STX of `size` transmit slots, closed after the endpoints (TearDown).
+  fid_stx* open_stx(size_t size) {
+    fi_tx_attr tx{};
+    tx.size = size;
+    fid_stx* stx = nullptr;
+    EXPECT_EQ(fi_stx_context(domain_, &tx, &stx, nullptr), 0);
+    if (stx != nullptr) stxs_.push_back(stx);
+    return stx;
+  }
   // An SRX (rx_attr caps `caps`), closed after the endpoints (TearDown).
   fid_ep* open_srx(uint64_t caps = 0) {
     fi_rx_attr rx{};
@@ -210,6 +224,7 @@ class Rdm : public ::testing::Test {
   fid_av* av_ = nullptr;
   std::vector<fid_av*> avs_;
   std::vector<fid_ep*> srxs_;
+  std::vector<fid_stx*> stxs_;
   std::vector<Ep*> eps_;
 };
 

@@ -603,5 +603,28 @@ TEST_F(Rdm, AnAvCannotBeBoundToAnMsgEndpoint) {
   fi_freeinfo(msg_info);
 }
 
+// A null receive buffer holds no bytes: a zero-byte message completes there as usual, and a
+// longer one is truncated (FI_ETRUNC, olen the bytes that did not fit), never written.
+TEST_F(Rdm, AReceiveIntoANullBufferHoldsNoBytes) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  int empty = 0;
+  int full = 0;
+  ASSERT_EQ(fi_recv(b->ep, nullptr, 64, nullptr, FI_ADDR_UNSPEC, &empty), 0);
+  ASSERT_EQ(fi_recv(b->ep, nullptr, 64, nullptr, FI_ADDR_UNSPEC, &full), 0);
+  char text[] = "five";
+  ASSERT_EQ(fi_send(a->ep, text, 0, nullptr, b->addr, nullptr), 0);
+  ASSERT_EQ(fi_send(a->ep, text, 5, nullptr, b->addr, nullptr), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  EXPECT_EQ(e.op_context, &empty);
+  EXPECT_EQ(e.len, 0U);
+  fi_cq_err_entry err{};
+  ASSERT_EQ(wait_cq(b->cq, &e, &err), -FI_EAVAIL);
+  EXPECT_EQ(err.op_context, &full);
+  EXPECT_EQ(err.err, FI_ETRUNC);
+  EXPECT_EQ(err.olen, 5U);
+}
+
 }  // namespace
 }  // namespace fabq::testing
