@@ -125,6 +125,9 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
                      : kMaxIov),
       max_msg_size_(info.ep_attr && info.ep_attr->max_msg_size ? info.ep_attr->max_msg_size
                                                                : (size_t{1} << 30)),
+      prefix_((info.mode & FI_MSG_PREFIX) != 0 && info.ep_attr != nullptr
+                  ? info.ep_attr->msg_prefix_size
+                  : 0),
       limits_(max_msg_size_, kInjectSize),
       tx_op_flags_(info.tx_attr ? info.tx_attr->op_flags : 0),
       rx_op_flags_(info.rx_attr ? info.rx_attr->op_flags : 0),
@@ -327,7 +330,7 @@ void Endpoint::complete_recv(const PostedRecv& r, const Incoming& in, size_t pla
   core::Completion c{.op_context = r.context,
                      .flags = recv_flags(in.tagged) | (in.has_data ? FI_REMOTE_CQ_DATA : 0) |
                               (release ? FI_MULTI_RECV : 0),
-                     .len = placed,
+                     .len = r.prefix + placed,
                      .buf = r.iov_count ? r.iov[0].iov_base : nullptr,
                      .data = in.has_data ? in.data : 0,
                      .tag = in.tagged ? in.tag : 0,
@@ -418,6 +421,7 @@ ssize_t Endpoint::post_recv(PostedRecv& r, fi_addr_t src) {
   if (r.default_flags) r.flags = rx_op_flags_ & ~(r.tagged ? FI_MULTI_RECV : 0);
   const bool multi = (r.flags & FI_MULTI_RECV) != 0;
   if (multi && (r.tagged || r.iov_count != 1)) return r.tagged ? -FI_EBADFLAGS : -FI_EINVAL;
+  if (multi && r.prefix != 0) return -FI_EINVAL;  // not with FI_MSG_PREFIX (fi_fabq(7))
   const bool claim_only = (r.flags & FI_CLAIM) != 0 && (r.flags & FI_PEEK) == 0;
   FaultAction action;
   std::vector<uint32_t> cq_events;
@@ -450,7 +454,7 @@ ssize_t Endpoint::post_recv(PostedRecv& r, fi_addr_t src) {
         } else {
           core::Completion c{.op_context = r.context,
                              .flags = recv_flags(true) | (u->in.has_data ? FI_REMOTE_CQ_DATA : 0),
-                             .len = u->in.len,
+                             .len = r.prefix + u->in.len,
                              .data = u->in.has_data ? u->in.data : 0,
                              .tag = u->in.tag,
                              .src_addr = source_of(u->in)};
@@ -913,7 +917,21 @@ void Endpoint::connection_ended() {
 
 // --- sending
 
-ssize_t Endpoint::post_send(const SendRequest& req) {
+ssize_t Endpoint::post_prefixed(const SendRequest& req) {
+  if (req.iov_count == 0 || req.iov == nullptr || req.iov_count > kMaxIov ||
+      req.iov[0].iov_len < prefix_) {
+    return -FI_EINVAL;
+  }
+  iovec payload[kMaxIov];
+  std::copy_n(req.iov, req.iov_count, payload);
+  payload[0].iov_base = static_cast<char*>(payload[0].iov_base) + prefix_;
+  payload[0].iov_len -= prefix_;
+  SendRequest r = req;
+  r.iov = payload;
+  return post_payload(r);
+}
+
+ssize_t Endpoint::post_payload(const SendRequest& req) {
   if (req.iov_count > kMaxIov || !valid_buffers(req.iov, req.iov_count)) return -FI_EINVAL;
   if (req.result_count > kMaxIov || !valid_buffers(req.result, req.result_count)) {
     return -FI_EINVAL;

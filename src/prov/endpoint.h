@@ -293,13 +293,22 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // than kInjectSize), -FI_EOPBADSTATE (not enabled, or failed), -FI_ENOTCONN (MSG: not
   // connected), -FI_EAGAIN (no free slot in the ring; RDM: the peer's connection closed
   // meanwhile), the transmit CQ's refusal of a slot (full: -FI_EAGAIN), or the transport's error.
-  ssize_t post_send(const SendRequest& req);
+  // With FI_MSG_PREFIX, the first prefix bytes of a message's buffers are the prefix, not sent:
+  // -FI_EINVAL when iov[0] is shorter.
+  ssize_t post_send(const SendRequest& req) {
+    if (prefix_ == 0 || req.kind != TxKind::kSend) [[likely]] {
+      return post_payload(req);
+    }
+    return post_prefixed(req);
+  }
   // post_send's fast path for an inject-level message (fi_inject & co.) to a peer whose
   // connection moves frames through shared memory: written at once, with no transmit slot, no
   // upcall and nothing to complete but the send counter. kNotInline when the ordinary path
   // must take it (no connection yet, a completion level above the default in the endpoint's
   // op_flags, a fault rule armed, the ring busy or full, any error), having done nothing.
   static constexpr ssize_t kNotInline = 1;
+  ssize_t post_payload(const SendRequest& req);
+  ssize_t post_prefixed(const SendRequest& req);
   ssize_t inject_inline(const SendRequest& req, size_t len) FABQ_EXCLUDES(mu_);
   // RDM: the connection to `dest` (made if there is none, or the last one closed), under mu_.
   // *fresh says it is new and must be connected once mu_ is released; a closed one it replaces
@@ -392,6 +401,9 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   const size_t tx_size_;
   const size_t iov_limit_;
   const size_t max_msg_size_;
+  // FI_MSG_PREFIX (info mode and ep_attr->msg_prefix_size): the prefix in front of every
+  // message buffer, sent and received; 0 without the mode.
+  const size_t prefix_;
   OpLimits limits_;
   const uint64_t tx_op_flags_;
   const uint64_t rx_op_flags_;

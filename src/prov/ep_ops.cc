@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <optional>
+#include <type_traits>
 
 #include "core/cm_data.h"
 #include "core/sockaddr.h"
@@ -96,6 +97,16 @@ struct Receives {
     r.tag = req.tag;
     r.ignore = req.ignore;
     if (!take_iov(&r, req.iov, req.iov_count, t->iov_limit_)) return -FI_EINVAL;
+    if constexpr (std::is_same_v<T, Endpoint>) {
+      // FI_MSG_PREFIX: the prefix is the first bytes of iov[0]; the message goes after it.
+      if (t->prefix_ != 0) {
+        if (r.iov_count == 0 || r.iov[0].iov_len < t->prefix_) return -FI_EINVAL;
+        r.iov[0].iov_base = static_cast<char*>(r.iov[0].iov_base) + t->prefix_;
+        r.iov[0].iov_len -= t->prefix_;
+        r.len -= t->prefix_;
+        r.prefix = t->prefix_;
+      }
+    }
     return t->post_recv(r, req.src);
   }
 

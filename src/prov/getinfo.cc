@@ -85,6 +85,9 @@ constexpr size_t kMaxMsgSize = size_t{1} << 30;
 constexpr size_t kEpCount = 1024;
 constexpr size_t kCqDataSize = 8;
 constexpr size_t kMrKeySize = 8;
+// FI_MSG_PREFIX: what fabq asks in front of each message buffer when the application supports
+// the mode (fi_getinfo(3): a multiple of 8). fabq writes nothing there.
+constexpr size_t kMsgPrefixSize = 8;
 // The wire protocol is fabq's own.
 constexpr uint32_t kProtocol = FI_PROV_SPECIFIC | 1;
 constexpr uint32_t kProtocolVersion = 1;
@@ -248,8 +251,9 @@ bool ep_ok(const fi_ep_attr* h, ApiVersion api) {
   return (type == FI_EP_UNSPEC || type == FI_EP_MSG || type == FI_EP_RDM) &&
          (h->protocol == FI_PROTO_UNSPEC || h->protocol == kProtocol) &&
          h->protocol_version <= kProtocolVersion && h->max_msg_size <= kMaxMsgSize &&
-         h->msg_prefix_size == 0 && h->max_order_raw_size <= kMaxMsgSize &&
-         h->max_order_war_size <= kMaxMsgSize && h->max_order_waw_size <= kMaxMsgSize && one_ctx &&
+         (h->msg_prefix_size == 0 || h->msg_prefix_size == kMsgPrefixSize) &&
+         h->max_order_raw_size <= kMaxMsgSize && h->max_order_war_size <= kMaxMsgSize &&
+         h->max_order_waw_size <= kMaxMsgSize && one_ctx &&
          auth_key_ok(h->auth_key, h->auth_key_size) && tag_format_ok(h->mem_tag_format, api);
 }
 
@@ -339,7 +343,14 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
   if (info == nullptr) return nullptr;
   const uint64_t asked_caps = hints != nullptr ? hints->caps : 0;
   info->caps = with_directions(asked_caps != 0 ? asked_caps : default_caps_of(type));
-  info->mode = 0;
+  // Prefix mode for an application that supports it, but not with multi-receive buffers or a
+  // shared receive context, whose receives it would not fit.
+  const uint64_t asked_mode = hints != nullptr ? hints->mode : 0;
+  const bool shared_rx = hints != nullptr && hints->ep_attr != nullptr &&
+                         hints->ep_attr->rx_ctx_cnt == FI_SHARED_CONTEXT;
+  const bool prefix =
+      (asked_mode & FI_MSG_PREFIX) != 0 && (info->caps & FI_MULTI_RECV) == 0 && !shared_rx;
+  info->mode = prefix ? FI_MSG_PREFIX : 0;
   info->addr_format = FI_SOCKADDR_IN;
   // A passive endpoint (or a CONNREQ) named in the hints goes on to the endpoint it opens.
   info->handle = hints != nullptr ? hints->handle : nullptr;
@@ -352,7 +363,7 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
 
   fi_tx_attr* tx = info->tx_attr;
   tx->caps = info->caps & kTxCaps;
-  tx->mode = 0;
+  tx->mode = info->mode;
   tx->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
   tx->msg_order = kMsgOrder;
   tx->comp_order = kCompOrder;
@@ -363,7 +374,7 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
 
   fi_rx_attr* rx = info->rx_attr;
   rx->caps = info->caps & rdm_rx_caps(api);
-  rx->mode = 0;
+  rx->mode = info->mode;
   rx->op_flags = hints && hints->rx_attr ? hints->rx_attr->op_flags : 0;
   rx->msg_order = kMsgOrder;
   rx->comp_order = kCompOrder;
@@ -376,7 +387,7 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
   ep->protocol = kProtocol;
   ep->protocol_version = kProtocolVersion;
   ep->max_msg_size = kMaxMsgSize;
-  ep->msg_prefix_size = 0;
+  ep->msg_prefix_size = prefix ? kMsgPrefixSize : 0;
   ep->max_order_raw_size = kMaxMsgSize;
   ep->max_order_war_size = kMaxMsgSize;
   ep->max_order_waw_size = kMaxMsgSize;

@@ -107,6 +107,9 @@ struct PostedRecv {
   size_t iov_count = 0;
   iovec iov[kMaxIov] = {};
   size_t len = 0;
+  // FI_MSG_PREFIX: the bytes before iov[0] the application gave for the prefix, which its
+  // completion's len counts (fi_cq(3)); the payload goes to iov. 0: no prefix mode.
+  size_t prefix = 0;
   Endpoint* owner = nullptr;  // the endpoint whose receive CQ holds its credit (null: none yet)
 };
 

@@ -776,15 +776,23 @@ TEST(Getinfo, OldCallersGetTheBasicOrScalableModeTheyAskFor) {
   EXPECT_EQ(info->domain_attr->mr_mode, FI_MR_SCALABLE) << "no requirement, in the old words";
 }
 
-TEST(Getinfo, ModeIsZero) {
+// fabq needs no mode; of those an application supports, it takes only FI_MSG_PREFIX, which the
+// application asks for by supporting it (msg_prefix_test.cc).
+TEST(Getinfo, ModeIsZeroButForAPrefixTheApplicationSupports) {
   auto hints = lo_hints();
-  hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_MSG_PREFIX | FI_RX_CQ_DATA;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
   auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
   ASSERT_EQ(rc, 0) << fi_strerror(-rc);
   EXPECT_EQ(info->mode, 0u);
   EXPECT_EQ(info->tx_attr->mode, 0u);
   EXPECT_EQ(info->rx_attr->mode, 0u);
   EXPECT_EQ(info->ep_attr->msg_prefix_size, 0u);
+  hints->mode |= FI_MSG_PREFIX;
+  auto [rc2, prefixed] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc2, 0) << fi_strerror(-rc2);
+  EXPECT_EQ(prefixed->mode, FI_MSG_PREFIX);
+  EXPECT_EQ(prefixed->tx_attr->mode, FI_MSG_PREFIX);
+  EXPECT_EQ(prefixed->rx_attr->mode, FI_MSG_PREFIX);
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ class Rdm : public ::testing::Test {
     ASSERT_NE(hints, nullptr);
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = caps_;
+    hints->mode = mode_;
     const int rc = lf2::getinfo_as(version_, nullptr, nullptr, 0, hints, &info_);
     fi_freeinfo(hints);
     ASSERT_EQ(rc, 0) << fi_strerror(-rc);
@@ -217,6 +218,7 @@ class Rdm : public ::testing::Test {
 
   const uint64_t caps_;
   const uint32_t version_;
+  uint64_t mode_ = 0;  // the hints' mode: what the test supports (set in its constructor)
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
