@@ -259,6 +259,15 @@ struct AvOps {
     if (count == 0) return 0;
     if (fi_addr == nullptr) return -FI_EINVAL;
     std::unique_lock lock(av->mu_);
+    if (SharedAvTable* t = av->shared_.get(); t != nullptr) {
+      if (t->read_only()) return -FI_EOPNOTSUPP;
+      for (size_t i = 0; i < count; ++i) {
+        if (!t->valid(fi_addr[i])) return -FI_EINVAL;
+      }
+      av->removed_.store(true, std::memory_order_release);
+      for (size_t i = 0; i < count; ++i) t->remove(fi_addr[i]);
+      return 0;
+    }
     for (size_t i = 0; i < count; ++i) {
       const fi_addr_t a = fi_addr[i];
       if (a >= av->entries_.size() || !av->entries_[a].valid) return -FI_EINVAL;
@@ -349,6 +358,7 @@ uint64_t Av::key(const sockaddr_in& sa) {
 }
 
 bool Av::lookup(fi_addr_t addr, sockaddr_in* out) const {
+  if (shared_ != nullptr) return shared_->lookup(addr, out);
   std::shared_lock lock(mu_);
   if (addr >= entries_.size() || !entries_[addr].valid) return false;
   *out = entries_[addr].sa;
@@ -357,9 +367,41 @@ bool Av::lookup(fi_addr_t addr, sockaddr_in* out) const {
 
 fi_addr_t Av::reverse_lookup(const sockaddr_in& sa) const {
   if (sa.sin_family != AF_INET) return FI_ADDR_NOTAVAIL;
+  if (shared_ != nullptr) {
+    std::unique_lock lock(mu_);
+    return const_cast<Av*>(this)->shared_find_locked(sa);
+  }
   std::shared_lock lock(mu_);
   auto it = first_.find(key(sa));
   return it == first_.end() ? FI_ADDR_NOTAVAIL : it->second;
+}
+
+fi_addr_t Av::shared_find_locked(const sockaddr_in& sa) {
+  auto hit = [&]() -> fi_addr_t {
+    auto it = first_.find(key(sa));
+    return it == first_.end() ? kNone : it->second;
+  };
+  fi_addr_t a = hit();
+  if (a != kNone && !shared_->valid(a)) {
+    // Removed since: the address may be in the table again, at an index seen earlier.
+    first_.clear();
+    scanned_ = 0;
+    a = kNone;
+  }
+  if (a != kNone) return a;
+  try {
+    for (const size_t n = shared_->count(); scanned_ < n; ++scanned_) {
+      sockaddr_in e;
+      if (shared_->lookup(scanned_, &e)) {
+        first_.try_emplace(key(e), scanned_);
+      } else if (shared_->state(scanned_) == SharedAvTable::State::kEmpty) {
+        break;  // claimed but not written yet: looked at again next time
+      }
+    }
+  } catch (const std::exception&) {
+    return kNone;  // no memory for the cache: not found, this time
+  }
+  return hit();
 }
 
 fi_addr_t Av::insert_locked(const sockaddr_in& sa) {
@@ -426,9 +468,16 @@ int Av::insert_batch(size_t count, Source source, fi_addr_t* fi_addr, uint64_t f
       const Candidate c = source(i);
       int err = c.err;
       fi_addr_t a = kNone;
-      if (err == 0) {
+      if (err == 0 && shared_ == nullptr) {
         a = insert_locked(c.sa);
         if (a == kNone) err = FI_ENOMEM;
+      } else if (err == 0 && shared_->read_only()) {
+        // A read-only named AV inserts nothing: it finds the address another process inserted.
+        a = shared_find_locked(normalized(c.sa));
+        if (a == kNone) err = FI_EADDRNOTAVAIL;
+      } else if (err == 0) {
+        a = shared_->insert(c.sa);
+        if (a == kNone) err = FI_ENOSPC;
       }
       if (fi_addr != nullptr) fi_addr[i] = a;
       if (sync_err != nullptr) sync_err[i] = err;
@@ -477,14 +526,26 @@ int open_av(fid_domain* domain_fid, fi_av_attr* attr, fid_av** out, void* contex
     FABQ_WARN(FI_LOG_AV, "fi_av_open: the domain was opened for another av_type\n");
     return -FI_EINVAL;
   }
-  if (attr->name != nullptr || (attr->flags & FI_READ) != 0) {
-    FABQ_WARN(FI_LOG_AV, "fi_av_open: named (shared) AVs are not supported\n");
-    return -FI_ENOSYS;
-  }
+  // fi_av(3): "An AV opened for read-only access must be named".
+  if (attr->name == nullptr && (attr->flags & FI_READ) != 0) return -FI_EINVAL;
   if (domain->failed()) return -FI_EOPBADSTATE;
+  std::unique_ptr<SharedAvTable> table;
+  if (attr->name != nullptr) {
+    int err = 0;
+    table = SharedAvTable::open(attr->name, (attr->flags & FI_READ) != 0, attr->count, &err);
+    if (table == nullptr) {
+      FABQ_WARN(FI_LOG_AV, "fi_av_open: named AV \"%s\": %s\n", attr->name, fi_strerror(-err));
+      return err;
+    }
+  }
   Av* av = make_object<Av>(domain, static_cast<fi_av_type>(type), attr->flags, context);
   if (av == nullptr) return -FI_ENOMEM;
-  if (!av->reserve(std::min(attr->count, kMaxReserve))) {
+  if (table != nullptr) {
+    // Every process that opens the name gets the same fi_addr_t for an entry: map_addr is the
+    // table's array of them, in this process's mapping.
+    attr->map_addr = table->map_addr();
+    av->share(std::move(table));
+  } else if (!av->reserve(std::min(attr->count, kMaxReserve))) {
     delete av;
     return -FI_ENOMEM;
   }

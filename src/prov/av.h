@@ -11,10 +11,20 @@
 // fi_av_open: attr, av and domain not null (-FI_EINVAL); flags other than FI_EVENT, FI_READ and
 // FI_SYMMETRIC (-FI_EBADFLAGS); rx_ctx_bits != 0, no scalable endpoints (-FI_EINVAL); a type
 // that is not FI_AV_UNSPEC, FI_AV_MAP or FI_AV_TABLE, or one other than the domain's av_type
-// when that is not FI_AV_UNSPEC (-FI_EINVAL); a name (shared AV) or FI_READ (-FI_ENOSYS); a
-// failed domain (-FI_EOPBADSTATE). FI_AV_UNSPEC becomes the domain's av_type, or FI_AV_TABLE,
-// and is written back to attr->type. `count` is a hint: that many entries (at most 65536) are
-// reserved. FI_SYMMETRIC, ep_per_node and map_addr are accepted and ignored.
+// when that is not FI_AV_UNSPEC (-FI_EINVAL); FI_READ without a name (-FI_EINVAL); a failed
+// domain (-FI_EOPBADSTATE). FI_AV_UNSPEC becomes the domain's av_type, or FI_AV_TABLE, and is
+// written back to attr->type. `count` is a hint: that many entries (at most 65536) are
+// reserved. FI_SYMMETRIC and ep_per_node are accepted and ignored.
+//
+// A name (FI_SHARED_AV) opens the table every process of the host that opens that name shares
+// (prov/shared_av.h), creating it if nobody holds it; with FI_READ, only an existing one
+// (else -FI_EINVAL). Its `count` entries (0: 1024; at most 65536) are all it ever holds: an
+// insert past them fails with FI_ENOSPC. An fi_addr_t names the same entry in every process,
+// and attr->map_addr is set to the table's fi_addr_t array (the given map_addr is not used):
+// map_addr[i] is i while entry i is valid, else FI_ADDR_NOTAVAIL. An insert into a read-only
+// AV inserts nothing: it finds each address among the table's valid entries (the lowest index
+// holding it; not there: FI_EADDRNOTAVAIL); fi_av_remove on it is -FI_EOPNOTSUPP. Removing an
+// entry removes it for every process.
 //
 // fi_av_bind(av, eq, 0): the EQ for FI_EVENT inserts. Not a fabq EQ, or one of another fabric
 // (-FI_EINVAL); flags (-FI_EBADFLAGS); an EQ already bound (-FI_EBUSY). The AV holds the EQ
@@ -75,6 +85,7 @@
 #include <vector>
 
 #include "prov/object.h"
+#include "prov/shared_av.h"
 
 namespace fabq::prov {
 
@@ -109,7 +120,14 @@ class Av final : public Object {
   // Whether fi_av_remove ever removed an entry of this AV. While it has not, an index that
   // lookup() once accepted still names the same address, so a caller that remembers the
   // answer need not ask again. Any thread; acquire, pairing with the release in the remove.
-  bool ever_removed() const { return removed_.load(std::memory_order_acquire); }
+  bool ever_removed() const {
+    return removed_.load(std::memory_order_acquire) ||
+           (shared_ != nullptr && shared_->ever_removed());
+  }
+  // A named AV: its table is `table`'s, shared with the other processes that open the name.
+  // Before the AV is handed out.
+  void share(std::unique_ptr<SharedAvTable> table) { shared_ = std::move(table); }
+  const SharedAvTable* shared() const { return shared_.get(); }
 
  private:
   friend struct AvOps;
@@ -139,6 +157,10 @@ class Av final : public Object {
   // -FI_ENOEQ / -FI_EBADFLAGS / -FI_EINVAL as the header says, else 0; `*eq` is the EQ to
   // report to (null for a synchronous AV).
   int check_insert(uint64_t flags, void* context, Eq** eq);
+  // A named AV's reverse lookup: the lowest valid index holding `sa`, from a cache of the
+  // shared table (first_, rebuilt from the table as it grows or when an entry it names was
+  // removed). Holds mu_ exclusively.
+  fi_addr_t shared_find_locked(const sockaddr_in& sa);
 
   FidBox<fid_av> box_;
   Domain* const domain_;
@@ -150,6 +172,9 @@ class Av final : public Object {
   std::unordered_map<uint64_t, fi_addr_t> first_;  // key() -> lowest valid index
   Eq* eq_ = nullptr;                               // held
   std::atomic<bool> removed_{false};               // set (release) before the first removal
+  // A named AV's table (null otherwise): entries_ is then unused, first_ a cache of it.
+  std::unique_ptr<SharedAvTable> shared_;
+  size_t scanned_ = 0;  // shared entries first_ has seen; guarded by mu_
 };
 
 int open_av(fid_domain* domain, fi_av_attr* attr, fid_av** av, void* context);

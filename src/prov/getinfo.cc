@@ -38,7 +38,8 @@ constexpr uint64_t kOneSided = FI_RMA | FI_ATOMIC;
 constexpr uint64_t kTxCaps = FI_MSG | FI_TAGGED | FI_SEND | kOneSided | FI_READ | FI_WRITE;
 constexpr uint64_t kRxCaps =
     FI_MSG | FI_TAGGED | FI_RECV | kOneSided | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_RMA_EVENT;
-constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
+// FI_SHARED_AV: named AVs every process of the host that opens the name shares (prov/av.h).
+constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM | FI_SHARED_AV;
 constexpr uint64_t kCaps = kTxCaps | kRxCaps | kDomainCaps;
 constexpr uint64_t kRdmOnlyRxCaps = FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV;
 constexpr uint64_t kMsgCaps = kCaps | FI_MULTI_RECV;
@@ -48,7 +49,7 @@ constexpr uint64_t kRdmRxCaps = kRxCaps | FI_MULTI_RECV | kRdmOnlyRxCaps;
 // capability, enabled only when asked for (fi_getinfo(3)): it changes what a receive's
 // src_addr means. FI_SOURCE_ERR turns unknown senders into error completions. FI_MULTI_RECV
 // is reported when asked for (receives take the flag either way).
-constexpr uint64_t kDefaultCaps = kCaps & ~FI_RMA_EVENT;
+constexpr uint64_t kDefaultCaps = kCaps & ~(FI_RMA_EVENT | FI_SHARED_AV);
 constexpr uint64_t kRdmDefaultCaps = kDefaultCaps | FI_SOURCE;
 // ep_attr->mem_tag_format: fabq matches all 64 tag bits, in whatever fields the application
 // divides them. Reported as libfabric's own providers report "any 64-bit format".
