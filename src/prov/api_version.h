@@ -4,7 +4,7 @@
 // core's own version (provider.cc), so a core passes fabq every request up to that; from then
 // on each application is answered by the version *it* asked for: fi_getinfo's `version`, then
 // fabric_attr->api_version, which fi_fabric gives the fabric (Fabric::api()) and every object
-// under it reads. A version newer than fabq knows (kNewestKnownApi) is answered as that one.
+// under it reads. A version newer than the newest fabq knows (2.6) is answered as that one.
 //
 // fabq is compiled against libfabric 1.17's headers: a provider built against 2.x's binds
 // fi_dupinfo@FABRIC_1.9, which a 1.17 core does not have, and would not load there. So the 2.x
@@ -59,15 +59,11 @@ class ApiVersion {
   uint32_t v_;
 };
 
-// The newest release whose API fabq knows.
-inline constexpr ApiVersion kNewestKnownApi{FI_VERSION(2, 6)};
-
 // Values of libfabric 2.x's headers that 1.17's lack.
 namespace abi2 {
 
 inline constexpr int kProgressControlUnified = 3;            // enum fi_progress, 1.21
 inline constexpr uint64_t kTaggedDirectedRecv = 1ULL << 45;  // caps, 2.0
-inline constexpr uint64_t kTaggedMultiRecv = 1ULL << 46;     // caps, 2.0
 inline constexpr uint64_t kExactDirectedRecv = 1ULL << 48;   // caps, 2.0
 // ep_attr->mem_tag_format, 2.0. From kTagMaxFormat up, the value is 1.x's bit fields.
 inline constexpr uint64_t kTagBits = 0;

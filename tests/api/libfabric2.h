@@ -55,7 +55,6 @@ inline constexpr int kProgressControlUnified = 3;
 inline constexpr uint64_t kTaggedDirectedRecv = 1ULL << 45;
 inline constexpr uint64_t kTaggedMultiRecv = 1ULL << 46;
 inline constexpr uint64_t kExactDirectedRecv = 1ULL << 48;
-inline constexpr uint64_t kVariableMsg = 1ULL << 48;  // the same bit before 2.0
 inline constexpr uint64_t kTagMpi = 1;
 inline constexpr uint64_t kTagCcl = 2;
 inline constexpr uint64_t kTagMaxFormat = 1ULL << 16;
