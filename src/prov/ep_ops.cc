@@ -32,11 +32,10 @@ constexpr uint64_t kCqBindFlags = FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETIO
 constexpr uint64_t kCntrBindFlags =
     FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 
-// Fills `r`'s buffers from an iov list; false when it has more entries than `limit` or names a
-// null buffer with a length.
-// A receive's buffers. A null buffer holds no bytes, whatever length it names: nothing is ever
-// written there, and a longer message is truncated (FI_ETRUNC). fabtests post such receives
-// for zero-byte messages, and libfabric's own providers take them.
+// Fills `r`'s buffers from an iov list; false when it has more entries than `limit`, or none
+// with a count. A null buffer holds no bytes, whatever length it names: nothing is ever written
+// there, and a longer message is truncated (FI_ETRUNC). fabtests post such receives for
+// zero-byte messages, and libfabric's own providers take them.
 bool take_iov(PostedRecv* r, const iovec* iov, size_t count, size_t limit) {
   if (count > limit || count > kMaxIov || (count > 0 && iov == nullptr)) return false;
   r->iov_count = count;
