@@ -387,6 +387,54 @@ TEST(Getinfo, UnsupportedCapsGiveEnodata) {
   }
 }
 
+// fi_getinfo(3): hints are honoured completely, so every value fabq reports is one it accepts:
+// each info it returns, used whole as the hints (sizes, counts, modes, caps, orders, progress,
+// threading, the shared-context counts and the prefix size included), finds an info again, with
+// the same attributes. This is the round trip that FI_SHARED_CONTEXT once failed.
+TEST(Getinfo, EveryInfoUsedAsHintsFindsItselfAgain) {
+  struct Variant {
+    const char* what;
+    uint64_t caps;
+    uint64_t mode;
+    size_t tx_ctx_cnt;
+    size_t rx_ctx_cnt;
+  };
+  for (const Variant& v :
+       {Variant{"defaults", 0, 0, 0, 0},
+        Variant{"everything",
+                FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_RMA_EVENT | FI_SOURCE | FI_SOURCE_ERR |
+                    FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SHARED_AV,
+                0, 0, 0},
+        Variant{"shared contexts", FI_MSG, 0, FI_SHARED_CONTEXT, FI_SHARED_CONTEXT},
+        Variant{"prefix", FI_MSG | FI_TAGGED, FI_MSG_PREFIX, 0, 0}}) {
+    SCOPED_TRACE(v.what);
+    auto hints = lo_hints();
+    hints->caps = v.caps;
+    hints->mode = v.mode;
+    hints->ep_attr->tx_ctx_cnt = v.tx_ctx_cnt;
+    hints->ep_attr->rx_ctx_cnt = v.rx_ctx_cnt;
+    auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+    ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+    for (const fi_info* i : as_vector(info.get())) {
+      InfoPtr again_hints(fi_dupinfo(i));
+      ASSERT_NE(again_hints, nullptr);
+      fi_freeinfo(again_hints->next);
+      again_hints->next = nullptr;
+      auto [rc2, again] = getinfo(kVersion, nullptr, nullptr, 0, again_hints.get());
+      ASSERT_EQ(rc2, 0) << "type " << i->ep_attr->type << ": " << fi_strerror(-rc2);
+      EXPECT_EQ(again->caps, i->caps);
+      EXPECT_EQ(again->mode, i->mode);
+      EXPECT_EQ(again->ep_attr->type, i->ep_attr->type);
+      EXPECT_EQ(again->ep_attr->tx_ctx_cnt, i->ep_attr->tx_ctx_cnt);
+      EXPECT_EQ(again->ep_attr->rx_ctx_cnt, i->ep_attr->rx_ctx_cnt);
+      EXPECT_EQ(again->ep_attr->msg_prefix_size, i->ep_attr->msg_prefix_size);
+      EXPECT_EQ(again->domain_attr->threading, i->domain_attr->threading);
+      EXPECT_EQ(again->domain_attr->data_progress, i->domain_attr->data_progress);
+      EXPECT_EQ(again->domain_attr->mr_mode, i->domain_attr->mr_mode);
+    }
+  }
+}
+
 // fi_getinfo(3): "If neither FI_SEND nor FI_RECV is specified, then both are assumed"; and for
 // FI_RMA and FI_ATOMIC, FI_READ, FI_WRITE, FI_REMOTE_READ and FI_REMOTE_WRITE. The info says what
 // was assumed, so that an application may bind counters for it.
