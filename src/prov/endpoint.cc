@@ -918,14 +918,10 @@ void Endpoint::connection_ended() {
 // --- sending
 
 ssize_t Endpoint::post_prefixed(const SendRequest& req) {
-  if (req.iov_count == 0 || req.iov == nullptr || req.iov_count > kMaxIov ||
-      req.iov[0].iov_len < prefix_) {
-    return -FI_EINVAL;
-  }
+  if (req.iov_count == 0 || req.iov == nullptr || req.iov_count > kMaxIov) return -FI_EINVAL;
   iovec payload[kMaxIov];
   std::copy_n(req.iov, req.iov_count, payload);
-  payload[0].iov_base = static_cast<char*>(payload[0].iov_base) + prefix_;
-  payload[0].iov_len -= prefix_;
+  if (!skip_prefix(&payload[0], prefix_)) return -FI_EINVAL;
   SendRequest r = req;
   r.iov = payload;
   return post_payload(r);

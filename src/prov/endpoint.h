@@ -89,6 +89,15 @@ inline bool valid_buffers(const iovec* iov, size_t count) {
 
 using xport::TxKind;
 
+// FI_MSG_PREFIX: moves `first`, a message's first buffer, past the `prefix` bytes in front of
+// the message; false (nothing changed) when it is shorter than that.
+inline bool skip_prefix(iovec* first, size_t prefix) {
+  if (first->iov_len < prefix) return false;
+  first->iov_base = static_cast<char*>(first->iov_base) + prefix;
+  first->iov_len -= prefix;
+  return true;
+}
+
 // The error completion of the posted receive `r` (err, prov_errno), an endpoint's or an SRX's.
 core::CompletionError recv_error(const PostedRecv& r, int err, int prov_errno);
 

@@ -99,9 +99,7 @@ struct Receives {
     if constexpr (std::is_same_v<T, Endpoint>) {
       // FI_MSG_PREFIX: the prefix is the first bytes of iov[0]; the message goes after it.
       if (t->prefix_ != 0) {
-        if (r.iov_count == 0 || r.iov[0].iov_len < t->prefix_) return -FI_EINVAL;
-        r.iov[0].iov_base = static_cast<char*>(r.iov[0].iov_base) + t->prefix_;
-        r.iov[0].iov_len -= t->prefix_;
+        if (r.iov_count == 0 || !skip_prefix(&r.iov[0], t->prefix_)) return -FI_EINVAL;
         r.len -= t->prefix_;
         r.prefix = t->prefix_;
       }

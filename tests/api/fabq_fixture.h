@@ -29,6 +29,18 @@ inline fi_info* fabq_hints(fi_info* hints = nullptr) {
   return hints;
 }
 
+// fi_getinfo(kVersion) with fabq_hints() that `edit` (called with the hints) changed first: the
+// return code, and the list in *out (the caller's, fi_freeinfo).
+template <class Edit>
+int getinfo_edited(Edit edit, fi_info** out) {
+  fi_info* hints = fabq_hints();
+  if (hints == nullptr) return -FI_ENOMEM;
+  edit(hints);
+  const int rc = fi_getinfo(kVersion, nullptr, nullptr, 0, hints, out);
+  fi_freeinfo(hints);
+  return rc;
+}
+
 class FabqTest : public ::testing::Test {
  protected:
   void SetUp() override {

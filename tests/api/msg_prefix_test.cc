@@ -14,15 +14,14 @@ namespace fabq::testing {
 namespace {
 
 int getinfo_mode(uint64_t mode, uint64_t caps, size_t rx_ctx_cnt, fi_info** out) {
-  fi_info* hints = fabq_hints();
-  if (hints == nullptr) return -FI_ENOMEM;
-  hints->ep_attr->type = FI_EP_RDM;
-  hints->caps = caps;
-  hints->mode = mode;
-  hints->ep_attr->rx_ctx_cnt = rx_ctx_cnt;
-  const int rc = fi_getinfo(kVersion, nullptr, nullptr, 0, hints, out);
-  fi_freeinfo(hints);
-  return rc;
+  return getinfo_edited(
+      [&](fi_info* h) {
+        h->ep_attr->type = FI_EP_RDM;
+        h->caps = caps;
+        h->mode = mode;
+        h->ep_attr->rx_ctx_cnt = rx_ctx_cnt;
+      },
+      out);
 }
 
 TEST(MsgPrefixGetinfo, AnApplicationThatSupportsPrefixModeGetsIt) {

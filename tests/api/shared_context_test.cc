@@ -13,14 +13,13 @@ namespace fabq::testing {
 namespace {
 
 int getinfo_shared(fi_ep_type type, size_t tx_ctx_cnt, size_t rx_ctx_cnt, fi_info** out) {
-  fi_info* hints = fabq_hints();
-  if (hints == nullptr) return -FI_ENOMEM;
-  hints->ep_attr->type = type;
-  hints->ep_attr->tx_ctx_cnt = tx_ctx_cnt;
-  hints->ep_attr->rx_ctx_cnt = rx_ctx_cnt;
-  const int rc = fi_getinfo(kVersion, nullptr, nullptr, 0, hints, out);
-  fi_freeinfo(hints);
-  return rc;
+  return getinfo_edited(
+      [&](fi_info* h) {
+        h->ep_attr->type = type;
+        h->ep_attr->tx_ctx_cnt = tx_ctx_cnt;
+        h->ep_attr->rx_ctx_cnt = rx_ctx_cnt;
+      },
+      out);
 }
 
 TEST(SharedContextGetinfo, SharedTransmitAndReceiveContextsAreOfferedForMsgAndRdm) {
