@@ -662,6 +662,12 @@ bool Conn::poll_read() {
 }
 
 void Conn::read_locked() {
+  if (rx_shm_ && rpos_ == rlen_ && framer_.between_frames()) {
+    // Nothing from the socket is left to handle: the ring is all there is to read.
+    rpos_ = rlen_ = 0;
+    read_shm_locked();
+    return;
+  }
   bool drained = false;
   for (;;) {
     const State s = state();

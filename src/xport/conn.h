@@ -78,8 +78,9 @@ class Conn final : public Connection, public Pollable {
   // to write): then the engine goes back to epoll. Engine lock held.
   bool poll_read();
 
-  // The engine, holding its lock, every round: moves ring bytes if there are any to move.
-  void poll_shm();
+  // The engine, holding its lock, every round: moves ring bytes if there are any to move, and
+  // says whether there were.
+  bool poll_shm();
   // The engine before its thread sleeps: asks the peer for a doorbell; true if there is work.
   bool arm_shm();
 

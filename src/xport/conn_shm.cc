@@ -90,16 +90,17 @@ void Conn::shm_agreed_locked(bool connecting) {
   engine_->add_shm(this);
 }
 
-void Conn::poll_shm() {
+bool Conn::poll_shm() {
   const bool rx = shm_rx_open_.load(std::memory_order_relaxed) && rx_ring_.readable();
   const bool tx = shm_tx_blocked_.load(std::memory_order_relaxed) && tx_ring_.writable();
   const bool share = shares_waiting_.load(std::memory_order_relaxed);
-  if (!rx && !tx && !share) return;
+  if (!rx && !tx && !share) return false;
   core::MutexLock lock(mu_);
-  if (state() == State::kClosed) return;
+  if (state() == State::kClosed) return true;
   if (share) take_share_locked();
-  if (tx && !flush_locked()) return;
+  if (tx && !flush_locked()) return true;
   if (rx_shm_ && !stalled_) read_locked();
+  return true;
 }
 
 bool Conn::arm_shm() {

@@ -166,12 +166,14 @@ void Engine::refresh_shm_locked() {
   shm_changed_.store(false, std::memory_order_release);
 }
 
-void Engine::poll_shm_locked() {
+bool Engine::poll_shm_locked() {
   refresh_shm_locked();
+  bool busy = false;
   // By index: a connection's callbacks may destroy another one, which nulls its entry.
   for (size_t i = 0; i < shm_run_.size(); ++i) {
-    if (Conn* c = shm_run_[i]) c->poll_shm();
+    if (Conn* c = shm_run_[i]) busy = c->poll_shm() || busy;
   }
+  return busy;
 }
 
 bool Engine::arm_shm_locked() {
@@ -203,7 +205,9 @@ void Engine::progress() {
 
 bool Engine::skip_epoll_locked() {
   if (hot_ == nullptr && !(epoll_idle_ && !shm_run_.empty())) return false;
-  return now_ns() - last_epoll_ns_ < kEpollEveryNs;
+  if (hot_ == nullptr && !shm_busy_ && ++idle_rounds_ < kIdleRoundsPerClock) return true;
+  idle_rounds_ = 0;
+  return now_ns() - last_epoll_ns_ < (hot_ != nullptr ? kEpollEveryNs : quiet_epoll_every_ns_);
 }
 
 void Engine::run_locked(std::vector<std::unique_ptr<Pollable>>* dead, bool manual) {
@@ -215,6 +219,8 @@ void Engine::run_locked(std::vector<std::unique_ptr<Pollable>>* dead, bool manua
     n = epoll_wait(epfd_.get(), ev, kMaxEvents, 0);
     last_epoll_ns_ = now_ns();
     epoll_idle_ = n == 0;
+    quiet_epoll_every_ns_ =
+        epoll_idle_ ? std::min(2 * quiet_epoll_every_ns_, kEpollQuietMaxNs) : kEpollEveryNs;
     // A quiet moment keeps the busy socket; another one, or more than one, ends its turn.
     if (n == 1 && ev[0].events == EPOLLIN) {
       hot_ = static_cast<Pollable*>(ev[0].data.ptr)->as_conn();
@@ -223,7 +229,8 @@ void Engine::run_locked(std::vector<std::unique_ptr<Pollable>>* dead, bool manua
     }
   }
   for (int i = 0; i < n; ++i) static_cast<Pollable*>(ev[i].data.ptr)->on_ready(ev[i].events);
-  if (!shm_run_.empty() || shm_changed_.load(std::memory_order_relaxed)) poll_shm_locked();
+  shm_busy_ =
+      (!shm_run_.empty() || shm_changed_.load(std::memory_order_relaxed)) && poll_shm_locked();
   if (has_scheduled_.load(std::memory_order_acquire)) {
     {
       core::MutexLock lock(sched_mu_);

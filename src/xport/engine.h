@@ -96,13 +96,17 @@ class Engine final : public Transport {
   void run_locked(std::vector<std::unique_ptr<Pollable>>* dead, bool manual) FABQ_REQUIRES(mu_);
   // Whether this round may skip epoll_wait(): the application polls fast, and either one
   // socket is all epoll reported lately (hot_) or epoll reported nothing and rings are
-  // polled anyway. epoll_wait() is still called at least every kEpollEveryNs.
+  // polled anyway. epoll_wait() is still called at least every kEpollEveryNs while a socket is
+  // busy; while epoll keeps reporting nothing, the pause doubles, up to kEpollQuietMaxNs. The
+  // clock that says so is read every kIdleRoundsPerClock rounds while the rings are idle, since
+  // reading it costs as much as the rest of such a round.
   bool skip_epoll_locked() FABQ_REQUIRES(mu_);
   void after_round() const {
     if (config_.after_round != nullptr) config_.after_round(config_.after_round_arg);
   }
   void refresh_shm_locked() FABQ_REQUIRES(mu_);
-  void poll_shm_locked() FABQ_REQUIRES(mu_);
+  // True if a ring had work.
+  bool poll_shm_locked() FABQ_REQUIRES(mu_);
   // Before the progress thread sleeps: asks every ring for a doorbell. True if one has work
   // already (do not sleep).
   bool arm_shm_locked() FABQ_REQUIRES(mu_);
@@ -135,10 +139,17 @@ class Engine final : public Transport {
   // provider, and a busy-polling application pays epoll_wait() plus recv() for each message
   // on a socket; reading the one socket epoll keeps reporting pays recv() only.
   static constexpr int64_t kEpollEveryNs = 8000;
+  // Rings only, epoll quiet: a 250 ns syscall every 8 us is a few percent of a ping-pong over
+  // the rings, and lands on one message in eight; a socket that wakes up waits at most this long.
+  static constexpr int64_t kEpollQuietMaxNs = 64000;
+  int64_t quiet_epoll_every_ns_ FABQ_GUARDED_BY(mu_) = kEpollEveryNs;
   // The only one epoll reported the last time it reported anything, if a connection.
   Conn* hot_ FABQ_GUARDED_BY(mu_) = nullptr;
   bool epoll_idle_ FABQ_GUARDED_BY(mu_) = false;  // ... or it reported nothing
   int64_t last_epoll_ns_ FABQ_GUARDED_BY(mu_) = 0;
+  static constexpr uint32_t kIdleRoundsPerClock = 16;
+  uint32_t idle_rounds_ FABQ_GUARDED_BY(mu_) = 0;
+  bool shm_busy_ FABQ_GUARDED_BY(mu_) = false;  // the last round's rings had work
   std::atomic<bool> has_scheduled_{false};
   std::atomic<bool> has_deadlines_{false};  // hints that spare the common round a lock
   std::atomic<bool> has_graves_{false};
