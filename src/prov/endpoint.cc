@@ -423,6 +423,9 @@ ssize_t Endpoint::post_recv(PostedRecv& r, fi_addr_t src) {
   if (multi && (r.tagged || r.iov_count != 1)) return r.tagged ? -FI_EBADFLAGS : -FI_EINVAL;
   if (multi && r.prefix != 0) return -FI_EINVAL;  // not with FI_MSG_PREFIX (fi_fabq(7))
   const bool claim_only = (r.flags & FI_CLAIM) != 0 && (r.flags & FI_PEEK) == 0;
+  if (!multi && (r.flags & (FI_PEEK | FI_CLAIM)) == 0 && !faults_armed()) {
+    if (std::optional<ssize_t> rc = post_waiting(r)) return *rc;
+  }
   FaultAction action;
   std::vector<uint32_t> cq_events;
   Cq* cq = nullptr;
@@ -547,6 +550,25 @@ ssize_t Endpoint::post_recv(PostedRecv& r, fi_addr_t src) {
   return 0;
 }
 
+std::optional<ssize_t> Endpoint::post_waiting(PostedRecv& r) {
+  bool resume = false;
+  {
+    core::MutexLock lock(mu_);
+    if (!enabled_ || failed_ || srx_ != nullptr) return -FI_EOPBADSTATE;
+    if (directed_.applies(r.tagged) || ended_ || queue_.has_unexpected()) return std::nullopt;
+    if (queue_.full()) return -FI_EAGAIN;
+    if (Cq* cq = rx_cq(); cq != nullptr && cq->queue().overrun()) {
+      return core::Status(core::Code::kOverrun).to_fi();
+    }
+    r.owner = nullptr;
+    queue_.post(r);
+    resume = !stalled_.empty();
+  }
+  if (resume) resume_if_stalled();
+  outbox().publish();
+  return 0;
+}
+
 void Endpoint::consumed_locked(const Unexpected* u, Connection** ack_conn, uint32_t* ack_seq,
                                bool* resume) {
   if (u->in.ack == AckWanted::kDelivered && u->in.via != nullptr) {
@@ -637,9 +659,29 @@ bool Endpoint::place(const Incoming& in, Placement* p) {
 
 bool Endpoint::deliver(const Incoming& in, const unsigned char* bytes) {
   // place() and placed() under one acquisition: a small message's whole path through here.
-  Placement p;
   std::vector<uint32_t> events;
   core::MutexLock lock(mu_);
+  if (in.kind == xport::InKind::kMsg && srx_ == nullptr && !failed_ && !closing_) {
+    // The usual case, a message whose receive is posted, straight into that receive: what
+    // place_locked() and placed_locked() would do for it, without a Placement between them.
+    Cq* cq = rx_cq();
+    const auto credit = [cq] { return cq == nullptr || cq->queue().reserve(1).ok(); };
+    bool refused = false;
+    PostedRecv r;
+    if (queue_.take_match(in, credit, &refused, &r)) {
+      r.owner = this;
+      const size_t n = std::min(in.len, r.len);
+      scatter(r.iov, r.iov_count, bytes, n);
+      complete_recv(r, in, n, &events, released_here_locked(r));
+      outbox().add(domain_, cq, events);
+      return true;
+    }
+    if (refused) {
+      retry_ = true;
+      return stall_locked(in);
+    }
+  }
+  Placement p;
   if (!place_locked(in, &p)) return false;
   xport::copy_into(p, bytes, std::min(in.len, p.capacity));
   placed_locked(in, &p, &events);

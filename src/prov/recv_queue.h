@@ -139,6 +139,7 @@ class RecvQueue {
 
   size_t posted() const { return posted_.size(); }
   bool full() const { return posted_.size() >= capacity_; }
+  bool has_unexpected() const { return !unexpected_.empty(); }
   void post(const PostedRecv& r) { posted_.push_back(r); }
   // Makes `r` (one buffer, untagged) a multi-receive buffer released below `min` bytes.
   void make_multi(PostedRecv* r, size_t min);
