@@ -167,6 +167,29 @@ Status Ring::write_whole(const iovec* iov, int cnt, bool* written, bool* bell) {
   return s;
 }
 
+Status Ring::claim(size_t n, unsigned char** at) {
+  *at = nullptr;
+  const uint64_t tail = ctl_->tail.load(std::memory_order_relaxed);
+  if (tail - head_seen_ > kRingBytes || kRingBytes - (tail - head_seen_) < n) {
+    head_seen_ = ctl_->head.load(std::memory_order_acquire);  // as in write()
+  }
+  const uint64_t used = tail - head_seen_;
+  if (used > kRingBytes) return Status::kCorrupt;
+  const size_t start = static_cast<size_t>(tail & (kRingBytes - 1));
+  if (n <= kRingBytes - used && n <= kPublishEvery && start + n <= kRingBytes) {
+    *at = data_ + start;
+  }
+  return Status::kOk;
+}
+
+void Ring::commit(size_t n, bool* bell) {
+  const uint64_t tail = ctl_->tail.load(std::memory_order_relaxed) + n;
+  // seq_cst, then the flag: as at the end of write().
+  ctl_->tail.store(tail, std::memory_order_seq_cst);
+  *bell = ctl_->consumer_asleep.load(std::memory_order_seq_cst) != 0 &&
+          ctl_->consumer_asleep.exchange(0, std::memory_order_relaxed) != 0;
+}
+
 Status Ring::write(const iovec* iov, int cnt, bool whole, size_t* written, bool* bell) {
   *written = 0;
   *bell = false;

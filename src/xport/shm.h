@@ -188,6 +188,13 @@ class Ring {
   [[nodiscard]] Status write(const iovec* iov, int cnt, size_t* written, bool* bell);
   // Producer: the same for all of iov[0..cnt) or nothing: *written tells which.
   [[nodiscard]] Status write_whole(const iovec* iov, int cnt, bool* written, bool* bell);
+  // Producer, for a frame built in place: *at = where the next n bytes (at most kPublishEvery)
+  // go, if they fit whole before the ring's end; else null, and write_whole() takes the frame.
+  // kCorrupt as write(). Nothing is published until commit(n).
+  [[nodiscard]] Status claim(size_t n, unsigned char** at);
+  // Producer: publishes the n bytes claim() gave, as write() publishes its last ones, and sets
+  // *bell the same way.
+  void commit(size_t n, bool* bell);
   // Producer found the ring full: announces it, then looks again. True if there is room now
   // (write again instead of waiting).
   bool arm_producer();

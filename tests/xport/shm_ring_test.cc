@@ -1,8 +1,9 @@
-// A shared-memory Ring: its bytes (round trips, the wrap-around, a full ring, iovecs), its two
-// doorbell flags, and the checks of the indices a peer could corrupt.
+// A shared-memory Ring: its bytes (round trips, the wrap-around, a full ring, iovecs, frames
+// built in place), its two doorbell flags, and the checks of the indices a peer could corrupt.
 #include <gtest/gtest.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <iterator>
 #include <string>
@@ -331,6 +332,62 @@ TEST_F(ShmRing, AProducerReadsTheHeadAgainOnlyWhenTheRoomItKnowsOfIsTooSmall) {
   EXPECT_EQ(ring_.write(&iov, 1, &written, &bell), Status::kCorrupt);
   EXPECT_EQ(written, 0u);
   EXPECT_EQ(ctl_.tail.load(), 32u);
+}
+
+// --- Ring: frames built in place (claim, commit) --------------------------------------------
+
+TEST_F(ShmRing, AClaimedFrameIsInvisibleUntilCommittedAndThenReadsBackWhole) {
+  const Bytes first = pattern(10);
+  ASSERT_EQ(write_bytes(ring_, first), first.size());
+  unsigned char* at = nullptr;
+  ASSERT_EQ(ring_.claim(40, &at), Status::kOk);
+  ASSERT_EQ(at, data_.data() + 10) << "where the tail is";
+  const Bytes frame(40, 0x7c);
+  std::copy(frame.begin(), frame.end(), at);
+  EXPECT_EQ(read_all(ring_), first) << "nothing claimed is published";
+  bool bell = true;
+  ring_.commit(40, &bell);
+  EXPECT_FALSE(bell);
+  EXPECT_EQ(read_all(ring_), frame);
+  EXPECT_EQ(ctl_.tail.load(), 50u);
+}
+
+TEST_F(ShmRing, AClaimThatWouldWrapOrOverfillGivesNoPlaceAndChangesNothing) {
+  ASSERT_EQ(write_bytes(ring_, Bytes(kRingBytes - 30, 0x01)), kRingBytes - 30);
+  ASSERT_EQ(read_all(ring_).size(), kRingBytes - 30);
+  unsigned char* at = data_.data();
+  ASSERT_EQ(ring_.claim(31, &at), Status::kOk);
+  EXPECT_EQ(at, nullptr) << "31 bytes would cross the ring's end";
+  ASSERT_EQ(ring_.claim(30, &at), Status::kOk);
+  EXPECT_EQ(at, data_.data() + kRingBytes - 30) << "30 end exactly at it";
+
+  ASSERT_NO_FATAL_FAILURE(fill());
+  ASSERT_EQ(ring_.claim(1, &at), Status::kOk);
+  EXPECT_EQ(at, nullptr) << "a full ring has no room";
+  EXPECT_EQ(ctl_.tail.load(), ctl_.head.load() + kRingBytes);
+}
+
+TEST_F(ShmRing, AClaimFindsAHeadThePeerCorruptedAndPublishesNothing) {
+  ctl_.tail.store(4);
+  ctl_.head.store(5);
+  Ring producer(&ctl_, data_.data());
+  unsigned char* at = data_.data();
+  EXPECT_EQ(producer.claim(16, &at), Status::kCorrupt);
+  EXPECT_EQ(at, nullptr);
+  EXPECT_EQ(ctl_.tail.load(), 4u);
+}
+
+TEST_F(ShmRing, ACommitRingsTheBellOnceForAConsumerThatArmed) {
+  EXPECT_FALSE(ring_.arm_consumer());
+  unsigned char* at = nullptr;
+  ASSERT_EQ(ring_.claim(8, &at), Status::kOk);
+  ASSERT_NE(at, nullptr);
+  bool bell = false;
+  ring_.commit(8, &bell);
+  EXPECT_TRUE(bell);
+  ASSERT_EQ(ring_.claim(8, &at), Status::kOk);
+  ring_.commit(8, &bell);
+  EXPECT_FALSE(bell) << "the first bell cleared the request";
 }
 
 TEST(ShmSegment, IndicesAPeerCorruptedInALiveSegmentAreCaught) {
