@@ -985,8 +985,8 @@ ssize_t Endpoint::post_payload(const SendRequest& req) {
   if (len > max || result_len > max) return -FI_EMSGSIZE;
   const bool copy = req.inject_call || (req.flags & FI_INJECT) != 0;
   if (copy && len + compare_len > limits_.inject(kind)) return -FI_EMSGSIZE;
-  if (req.inject_call && req.kind == TxKind::kSend) {
-    if (const ssize_t rc = inject_inline(req, len); rc != kNotInline) return rc;
+  if (req.kind == TxKind::kSend && len <= kInlineSendMax) {
+    if (const ssize_t rc = send_inline(req, len); rc != kNotInline) return rc;
   }
   switch (req.kind) {
     case TxKind::kSend:
@@ -1146,16 +1146,19 @@ ssize_t Endpoint::post_payload(const SendRequest& req) {
   return 0;
 }
 
-ssize_t Endpoint::inject_inline(const SendRequest& req, size_t len) {
+ssize_t Endpoint::send_inline(const SendRequest& req, size_t len) {
   // A fault rule counts operations and may drop or damage this one: the ordinary path's.
   if (faults_armed()) return kNotInline;
   Connection* conn = nullptr;
   Cntr* cntr = nullptr;
+  Cq* cq = nullptr;  // holds a slot for this send's completion (not an inject's)
+  bool report = false;
   {
     core::MutexLock lock(mu_);
-    // A higher completion level asks the peer for an acknowledgement, which the counter waits
-    // for (fi_cntr(3)): only the default level may skip it.
-    if (!enabled_ || failed_ || level_of(tx_op_flags_) != TxLevel::kInject) return kNotInline;
+    // A higher completion level asks the peer for an acknowledgement, which the completion and
+    // the counter wait for (fi_cq(3), fi_cntr(3)): only the default level may skip it.
+    const uint64_t level_flags = (req.flags & kCompletionLevels) ? req.flags : tx_op_flags_;
+    if (!enabled_ || failed_ || level_of(level_flags) != TxLevel::kInject) return kNotInline;
     cntr = tx_cntr_;
     if (!rdm_) {
       conn = conn_.get();
@@ -1169,8 +1172,14 @@ ssize_t Endpoint::inject_inline(const SendRequest& req, size_t len) {
       const Peer& q = peers_[route_[req.dest] - 1];
       conn = q.conn != nullptr ? q.conn.get() : q.in;
       if (conn == nullptr || !conn->open()) return kNotInline;
-      borrowed_.fetch_add(1, std::memory_order_relaxed);
     }
+    if (!req.inject_call && tx_cq_ != nullptr) {
+      // The slot the ordinary path would take; with none free, that path says so.
+      if (!tx_cq_->queue().reserve(1).ok()) return kNotInline;
+      cq = tx_cq_;
+      report = !tx_selective_ || (req.flags & FI_COMPLETION) != 0;
+    }
+    if (rdm_) borrowed_.fetch_add(1, std::memory_order_relaxed);
   }
   const xport::InlineResult r = conn->send_inline({.iov = req.iov,
                                                    .iov_count = req.iov_count,
@@ -1181,8 +1190,21 @@ ssize_t Endpoint::inject_inline(const SendRequest& req, size_t len) {
                                                    .data = req.data});
   if (rdm_) borrowed_.fetch_sub(1, std::memory_order_release);
   if (r != xport::InlineResult::kSent) {
+    if (cq != nullptr) cq->queue().cancel_reservation(1);
     outbox().publish();  // what the connection found wrong with its ring, if it did
     return kNotInline;
+  }
+  // Its bytes are in the ring, where the receiver takes them: what the default level
+  // (FI_INJECT_COMPLETE) waits for, so it completes now, as the ordinary path would once the
+  // ring took them.
+  if (cq != nullptr) {
+    if (report) {
+      raise(domain_, cq,
+            cq->complete(
+                {.op_context = req.context, .flags = FI_SEND | (req.tagged ? FI_TAGGED : FI_MSG)}));
+    } else {
+      cq->queue().cancel_reservation(1);
+    }
   }
   // fi_cntr(3): an inject's success is counted like any send's.
   if (cntr != nullptr) cntr->counter().complete();

@@ -310,15 +310,17 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
     }
     return post_prefixed(req);
   }
-  // post_send's fast path for an inject-level message (fi_inject & co.) to a peer whose
-  // connection moves frames through shared memory: written at once, with no transmit slot, no
-  // upcall and nothing to complete but the send counter. kNotInline when the ordinary path
-  // must take it (no connection yet, a completion level above the default in the endpoint's
-  // op_flags, a fault rule armed, the ring busy or full, any error), having done nothing.
+  // post_send's fast path for a message of at most kInlineSendMax bytes at the default
+  // completion level (FI_INJECT_COMPLETE) to a peer whose connection moves frames through shared
+  // memory: written into the ring at once, with no transmit slot and no upcall, then completed
+  // (fi_inject & co.: counted only). kNotInline when the ordinary path must take it (no
+  // connection yet, a higher completion level, a fault rule armed, no CQ slot free, the ring
+  // busy or full, any error), having done nothing.
   static constexpr ssize_t kNotInline = 1;
+  static constexpr size_t kInlineSendMax = 8192;
   ssize_t post_payload(const SendRequest& req);
   ssize_t post_prefixed(const SendRequest& req);
-  ssize_t inject_inline(const SendRequest& req, size_t len) FABQ_EXCLUDES(mu_);
+  ssize_t send_inline(const SendRequest& req, size_t len) FABQ_EXCLUDES(mu_);
   // RDM: the connection to `dest` (made if there is none, or the last one closed), under mu_.
   // *fresh says it is new and must be connected once mu_ is released; a closed one it replaces
   // goes to *dead, to be destroyed then too.

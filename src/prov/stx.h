@@ -6,7 +6,7 @@
 // endpoints together have at most `size` sends in flight; one more is -FI_EAGAIN, and
 // fi_tx_size_left says how many are left. Sends go out and complete as any endpoint's: on the
 // endpoint's transmit CQ and counters, in the endpoint's connections' order. fi_inject that
-// completes at once (prov/endpoint.h inject_inline) holds no slot.
+// completes at once (prov/endpoint.h send_inline) holds no slot.
 //
 // fi_ep_bind(ep, &stx->fid, 0) before fi_enable binds one (a second: -FI_EBUSY; another
 // domain's: -FI_EINVAL). fi_close of an STX with endpoints bound: -FI_EBUSY. Every operation of
