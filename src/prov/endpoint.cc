@@ -664,21 +664,21 @@ bool Endpoint::deliver(const Incoming& in, const unsigned char* bytes) {
   if (in.kind == xport::InKind::kMsg && srx_ == nullptr && !failed_ && !closing_) {
     // The usual case, a message whose receive is posted, straight into that receive: what
     // place_locked() and placed_locked() would do for it, without a Placement between them.
-    Cq* cq = rx_cq();
-    const auto credit = [cq] { return cq == nullptr || cq->queue().reserve(1).ok(); };
-    bool refused = false;
-    PostedRecv r;
-    if (queue_.take_match(in, credit, &refused, &r)) {
-      r.owner = this;
-      const size_t n = std::min(in.len, r.len);
-      scatter(r.iov, r.iov_count, bytes, n);
-      complete_recv(r, in, n, &events, released_here_locked(r));
+    // A multi-receive buffer gives a slice of itself: place_locked() carves it.
+    PostedRecv* r = queue_.peek_match(in);
+    if (r != nullptr && r->multi == 0) {
+      Cq* cq = rx_cq();
+      if (cq != nullptr && !cq->queue().reserve(1).ok()) {
+        retry_ = true;  // as place_locked() refuses it: it waits for a CQ slot
+        return stall_locked(in);
+      }
+      r->owner = this;
+      const size_t n = std::min(in.len, r->len);
+      scatter(r->iov, r->iov_count, bytes, n);
+      complete_recv(*r, in, n, &events, /*release=*/false);
+      queue_.remove_posted(r);
       outbox().add(domain_, cq, events);
       return true;
-    }
-    if (refused) {
-      retry_ = true;
-      return stall_locked(in);
     }
   }
   Placement p;
@@ -971,6 +971,16 @@ ssize_t Endpoint::post_prefixed(const SendRequest& req) {
 
 ssize_t Endpoint::post_payload(const SendRequest& req) {
   if (req.iov_count > kMaxIov || !valid_buffers(req.iov, req.iov_count)) return -FI_EINVAL;
+  if (req.kind == TxKind::kSend && req.result_count == 0 && req.compare_count == 0) {
+    // A message, before the checks one-sided operations need: the short path if it may.
+    const size_t len = total_len(req.iov, req.iov_count);
+    const OpLimits::Kind kind = OpLimits::of(req);
+    const bool copy = req.inject_call || (req.flags & FI_INJECT) != 0;
+    if (len <= kInlineSendMax && len <= limits_.max(kind) &&
+        (!copy || len <= limits_.inject(kind))) {
+      if (const ssize_t rc = send_inline(req, len); rc != kNotInline) return rc;
+    }
+  }
   if (req.result_count > kMaxIov || !valid_buffers(req.result, req.result_count)) {
     return -FI_EINVAL;
   }
@@ -985,9 +995,6 @@ ssize_t Endpoint::post_payload(const SendRequest& req) {
   if (len > max || result_len > max) return -FI_EMSGSIZE;
   const bool copy = req.inject_call || (req.flags & FI_INJECT) != 0;
   if (copy && len + compare_len > limits_.inject(kind)) return -FI_EMSGSIZE;
-  if (req.kind == TxKind::kSend && len <= kInlineSendMax) {
-    if (const ssize_t rc = send_inline(req, len); rc != kNotInline) return rc;
-  }
   switch (req.kind) {
     case TxKind::kSend:
       break;

@@ -182,6 +182,13 @@ class RecvQueue {
     posted_.erase(it);
     return true;
   }
+  // The posted receive take_match() would give `in`, left where it is (null: none), for a
+  // caller that fills it and then remove_posted()s it, with no copy between.
+  PostedRecv* peek_match(const Incoming& in) {
+    auto it = find_match(in);
+    return it == posted_.end() ? nullptr : &*it;
+  }
+  void remove_posted(const PostedRecv* r) { posted_.erase(posted_.begin() + (r - posted_.data())); }
   // The posted receive with this context, removed (fi_cancel).
   std::optional<PostedRecv> take_context(void* context);
   bool holds_context(void* context) const;

@@ -11,10 +11,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <string>
@@ -160,6 +162,114 @@ TEST_F(Rdm, InjectsPostedBehindSendsThatFilledTheRingArriveAfterThem) {
   }
   fi_cq_tagged_entry e{};
   EXPECT_EQ(fi_cq_read(a->cq, &e, 1), -FI_EAGAIN);
+}
+
+namespace {
+
+// One message from a to b through the ordinary path, received: the connection is up, and the
+// next sends can go straight into its ring.
+void connect_through(const Ep* a, const Ep* b) {
+  uint64_t v = 0;
+  uint64_t got = 1;
+  ASSERT_EQ(fi_recv(b->ep, &got, sizeof(got), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+  ASSERT_EQ(fi_send(a->ep, &v, sizeof(v), nullptr, b->addr, &v), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(fi_cq_sread(a->cq, &e, 1, nullptr, kWaitMs), 1);
+  ASSERT_EQ(fi_cq_sread(b->cq, &e, 1, nullptr, kWaitMs), 1);
+  ASSERT_EQ(got, 0u);
+}
+
+}  // namespace
+
+// fi_cq(3): at the default completion level a send completes once its buffer may be reused.
+// Over shared memory that is once its frame is in the ring, before any receive is posted; what
+// the application writes into the buffer afterwards is not what arrives.
+TEST_F(Rdm, ASendAtTheDefaultLevelCompletesBeforeAReceiveAndItsBufferMayBeReused) {
+  fid_cntr* cntr = open_cntr();
+  ASSERT_NE(cntr, nullptr);
+  Ep* a = open_ep({.tx_cntr = cntr});
+  Ep* b = open_ep();
+  ASSERT_NO_FATAL_FAILURE(connect_through(a, b));
+  const size_t sizes[] = {8, 64, 4096, 8192};
+  std::vector<std::vector<unsigned char>> bufs;
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    bufs.emplace_back(sizes[i], static_cast<unsigned char>(0x10 + i));
+    ASSERT_EQ(fi_send(a->ep, bufs[i].data(), sizes[i], nullptr, b->addr, &bufs[i]), 0);
+    fi_cq_tagged_entry e{};
+    ASSERT_EQ(wait_cq(a->cq, &e), 1) << sizes[i] << " bytes";
+    EXPECT_EQ(e.op_context, &bufs[i]);
+    EXPECT_EQ(e.flags, FI_SEND | FI_MSG);
+    std::fill(bufs[i].begin(), bufs[i].end(), 0xee);  // reused at once
+  }
+  EXPECT_EQ(fi_cntr_read(cntr), 1 + std::size(sizes));
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    std::vector<unsigned char> in(sizes[i]);
+    ASSERT_EQ(fi_recv(b->ep, in.data(), in.size(), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+    fi_cq_tagged_entry e{};
+    ASSERT_EQ(wait_cq(b->cq, &e), 1);
+    EXPECT_EQ(e.len, sizes[i]);
+    EXPECT_EQ(in, std::vector<unsigned char>(sizes[i], static_cast<unsigned char>(0x10 + i)))
+        << sizes[i] << " bytes: not what was sent";
+  }
+}
+
+// A send takes a slot of its transmit CQ when it is posted (fi_fabq(7) LIMITS): with none free it
+// is -FI_EAGAIN and nothing goes out, and once the application reads the CQ it goes.
+TEST_F(Rdm, ASendWhoseCqHasNoFreeSlotIsEagainAndSendsNothing) {
+  Ep* a = open_ep({.cq_size = 1});
+  Ep* b = open_ep();
+  ASSERT_NO_FATAL_FAILURE(connect_through(a, b));
+  uint64_t first = 1;
+  uint64_t second = 2;
+  ASSERT_EQ(fi_send(a->ep, &first, sizeof(first), nullptr, b->addr, &first), 0);
+  EXPECT_EQ(fi_send(a->ep, &second, sizeof(second), nullptr, b->addr, &second), -FI_EAGAIN);
+  uint64_t in[2] = {0, 0};
+  ASSERT_EQ(fi_recv(b->ep, &in[0], sizeof(in[0]), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+  ASSERT_EQ(fi_recv(b->ep, &in[1], sizeof(in[1]), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  EXPECT_EQ(in[0], 1u);
+  EXPECT_EQ(wait_cq(b->cq, &e, nullptr, nullptr, 100), -FI_EAGAIN) << "the refused send arrived";
+  ASSERT_EQ(fi_cq_read(a->cq, &e, 1), 1);
+  EXPECT_EQ(e.op_context, &first);
+  ASSERT_EQ(fi_send(a->ep, &second, sizeof(second), nullptr, b->addr, &second), 0);
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  EXPECT_EQ(in[1], 2u);
+  ASSERT_EQ(wait_cq(a->cq, &e), 1);
+  EXPECT_EQ(e.op_context, &second);
+}
+
+// fi_cq(3) FI_SELECTIVE_COMPLETION: a send without FI_COMPLETION writes no entry, on the short
+// path as on the ordinary one, and is counted all the same.
+TEST_F(Rdm, ASelectiveSendWithoutFiCompletionWritesNoEntryButIsCounted) {
+  fid_cntr* cntr = open_cntr();
+  ASSERT_NE(cntr, nullptr);
+  Ep* a = open_ep({.cq_flags = FI_SELECTIVE_COMPLETION, .tx_cntr = cntr});
+  Ep* b = open_ep();
+  uint64_t v = 7;
+  uint64_t in = 0;
+  ASSERT_EQ(fi_recv(b->ep, &in, sizeof(in), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+  ASSERT_EQ(fi_send(a->ep, &v, sizeof(v), nullptr, b->addr, &v), 0);  // makes the connection
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(fi_recv(b->ep, &in, sizeof(in), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+    ASSERT_EQ(fi_send(a->ep, &v, sizeof(v), nullptr, b->addr, &v), 0);
+    ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  }
+  EXPECT_EQ(fi_cntr_wait(cntr, 4, kWaitMs), 0) << "counted " << fi_cntr_read(cntr);
+  EXPECT_EQ(fi_cq_read(a->cq, &e, 1), -FI_EAGAIN) << "a send without FI_COMPLETION completed";
+  iovec iov{&v, sizeof(v)};
+  fi_msg msg{};
+  msg.msg_iov = &iov;
+  msg.iov_count = 1;
+  msg.addr = b->addr;
+  msg.context = &iov;
+  ASSERT_EQ(fi_recv(b->ep, &in, sizeof(in), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+  ASSERT_EQ(fi_sendmsg(a->ep, &msg, FI_COMPLETION), 0);
+  ASSERT_EQ(wait_cq(a->cq, &e), 1);
+  EXPECT_EQ(e.op_context, &iov);
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
 }
 
 // fi_cntr(3): a send counter counts every successful send, injects included, however it went.
