@@ -1048,6 +1048,12 @@ ssize_t Endpoint::post_payload(const SendRequest& req) {
         return s.to_fi();
       }
     }
+    unsigned char* room = copy ? tx_ring_.inject_room(op, len + compare_len) : nullptr;
+    if (copy && room == nullptr) {
+      if (reserve) tx_cq_->queue().cancel_reservation(1);
+      tx_ring_.release(op);
+      return -FI_ENOMEM;
+    }
     if (rdm_) {
       int err = 0;
       conn = peer_locked(req.dest, &fresh, &peer, &dead, &err);
@@ -1109,11 +1115,11 @@ ssize_t Endpoint::post_payload(const SendRequest& req) {
       for (const auto& [iov, count] :
            {std::pair{req.iov, req.iov_count}, std::pair{req.compare, req.compare_count}}) {
         for (size_t i = 0; i < count; ++i) {
-          if (iov[i].iov_len > 0) std::memcpy(op->inject + off, iov[i].iov_base, iov[i].iov_len);
+          if (iov[i].iov_len > 0) std::memcpy(room + off, iov[i].iov_base, iov[i].iov_len);
           off += iov[i].iov_len;
         }
       }
-      if (off > 0) op->iov[n++] = {op->inject, off};
+      if (off > 0) op->iov[n++] = {room, off};
     } else {
       for (size_t i = 0; i < req.iov_count; ++i) op->iov[n++] = req.iov[i];
       for (size_t i = 0; i < req.compare_count; ++i) op->iov[n++] = req.compare[i];

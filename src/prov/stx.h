@@ -47,7 +47,7 @@ class Stx final : public Object {
 };
 
 // fi_stx_context: 0 with *stx set, or -FI_EINVAL (a null argument, a domain not fabq's, a size
-// above 1024, an iov_limit above fabq's, an inject_size above 64, capabilities other than
+// above 1024, an iov_limit above fabq's, an inject_size above 4096, capabilities other than
 // transmit ones), -FI_EOPBADSTATE (the domain failed), -FI_ENOMEM. The STX belongs to the
 // application until fi_close.
 int open_stx(fid_domain* domain, fi_tx_attr* attr, fid_stx** stx, void* context);

@@ -3,7 +3,7 @@
 namespace fabq::prov {
 
 TxRing::TxRing(size_t size)
-    : ops_(size), free_(size), state_(size, Slot::kFree), reserved_(size, 0) {
+    : ops_(size), free_(size), state_(size, Slot::kFree), reserved_(size, 0), room_(size) {
   // The lowest index on top: the first sends take slots 0, 1, 2...
   for (size_t i = size; i-- > 0;) free_[free_top_++] = static_cast<uint32_t>(i);
 }

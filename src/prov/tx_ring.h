@@ -8,7 +8,10 @@
 // acknowledgement for a send whose slot was freed and taken again names no send.
 //
 // Memory: every slot is allocated when the ring is made; taking and freeing one allocates
-// nothing. An op's address stays the same for the ring's life (the transport keeps it).
+// nothing. An op's address stays the same for the ring's life (the transport keeps it). A slot
+// whose send copies more than its op holds (inject_room()) gets kInjectSize bytes of its own the
+// first time, and keeps them for the ring's life. A freed slot is the next one taken, so a ring
+// holds at most as many of those as the most sends it ever had in flight.
 //
 // Thread safety: none; the endpoint's lock guards it (TxCredits, shared between endpoints, is
 // atomic).
@@ -18,6 +21,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "xport/transport.h"
@@ -98,6 +103,14 @@ class TxRing {
     free_[free_top_++] = index;
     if (shared_ != nullptr) shared_->give();
   }
+  // Where `op` keeps n copied bytes (n <= xport::kInjectSize) until its slot is freed: its own
+  // inject[] when they fit, else the slot's storage. Null when that cannot be allocated.
+  unsigned char* inject_room(TxOp* op, size_t n) {
+    if (n <= sizeof(op->inject)) return op->inject;
+    auto& room = room_[index_of(op)];
+    if (room == nullptr) room.reset(new (std::nothrow) unsigned char[xport::kInjectSize]);
+    return room.get();
+  }
   // `op` is written whole and awaits an acknowledgement.
   void mark_written(TxOp* op) { state_[index_of(op)] = Slot::kWritten; }
   // Whether `op`'s send holds a slot of the transmit CQ.
@@ -128,8 +141,9 @@ class TxRing {
   size_t free_top_ = 0;            // its height
   std::vector<Slot> state_;        // per slot
   std::vector<uint8_t> reserved_;  // per slot: holds a transmit CQ slot
-  uint32_t gen_ = 0;               // the next sequence number's generation
-  TxCredits* shared_ = nullptr;    // a shared transmit context's slots, if bound
+  std::vector<std::unique_ptr<unsigned char[]>> room_;  // per slot: inject_room() beyond inject[]
+  uint32_t gen_ = 0;                                    // the next sequence number's generation
+  TxCredits* shared_ = nullptr;  // a shared transmit context's slots, if bound
 };
 
 }  // namespace fabq::prov

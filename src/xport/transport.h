@@ -39,8 +39,10 @@
 
 namespace fabq::xport {
 
-inline constexpr size_t kMaxIov = 4;       // tx_attr/rx_attr iov_limit
-inline constexpr size_t kInjectSize = 64;  // tx_attr inject_size
+inline constexpr size_t kMaxIov = 4;         // tx_attr/rx_attr iov_limit
+inline constexpr size_t kInjectSize = 4096;  // tx_attr inject_size
+// Injected bytes a TxOp holds itself; more go to storage its slot keeps (prov/tx_ring.h).
+inline constexpr size_t kInjectInline = 64;
 // A one-sided request's buffers: its prefix (CQ data, a read's length, an atomic's description),
 // then up to kMaxIov operand buffers and kMaxIov compare buffers.
 inline constexpr size_t kMaxTxIov = 2 * kMaxIov + 1;
@@ -140,7 +142,7 @@ struct TxOp {
   size_t iov_count = 0;
   iovec iov[kMaxTxIov] = {};
   Connection* conn = nullptr;  // the connection it is submitted to (an RDM endpoint has many)
-  unsigned char inject[kInjectSize] = {};  // fi_inject / FI_INJECT: the data, copied
+  unsigned char inject[kInjectInline] = {};  // fi_inject / FI_INJECT: the data, copied, if it fits
   // One-sided (kWrite, kRead, kAtomic): the peer's region and the address in it. A kWrite with
   // has_data, a kRead and a kAtomic begin their iov with `prefix` (the CQ data, the length to
   // read, the atomic's description), which the owner fills with the helpers below.
@@ -379,12 +381,12 @@ class PassiveOwner {
 
 // A connection as an owner sees it. Owned by whoever holds the unique_ptr; destroying it closes
 // the socket (and gives back a receive it was filling through unplace()).
-// An inject-level message (fi_inject, fi_tinject, fi_injectdata, fi_tinjectdata): no
-// completion, no transmit slot; the caller's buffers are free on return.
+// A message written into a shared-memory ring at once (Connection::send_inline()): no transmit
+// slot; the caller's buffers are free on return.
 struct InlineSend {
   const iovec* iov = nullptr;
   size_t iov_count = 0;
-  size_t len = 0;  // of iov; at most kInjectSize
+  size_t len = 0;  // of iov
   bool tagged = false;
   uint64_t tag = 0;
   bool has_data = false;
