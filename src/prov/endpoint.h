@@ -351,13 +351,13 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // when selective completion would suppress it).
   void complete_recv(const PostedRecv& r, const Incoming& in, size_t placed,
                      std::vector<uint32_t>* events, bool release = false);
-  // A slice of a multi-receive buffer of this endpoint's queue or its SRX's (whose lock it
-  // takes) completed: whether its completion releases the buffer (RecvQueue::slice_done).
-  // False for any other receive.
   // post_recv()'s usual case: a plain receive (no multi-receive, peek, claim or armed fault)
   // for which nothing is buffered waits in the queue. nullopt when the whole path must decide
   // (directed receives, a buffered message, an ended connection); else what post_recv returns.
   std::optional<ssize_t> post_waiting(PostedRecv& r) FABQ_EXCLUDES(mu_);
+  // A slice of a multi-receive buffer of this endpoint's queue or its SRX's (whose lock it
+  // takes) completed: whether its completion releases the buffer (RecvQueue::slice_done).
+  // False for any other receive.
   bool released_here_locked(const PostedRecv& r) FABQ_REQUIRES(mu_);
   // A receive left the queue without a message (cancel, failure): its error completion
   // releases its multi-receive buffer if no slice of it is being filled.

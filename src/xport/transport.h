@@ -418,12 +418,13 @@ class Connection {
   // A send from the owner's transmit ring. 0, or -FI_ENOTCONN / -FI_EOPBADSTATE when the
   // connection cannot carry it (the op stays the owner's).
   virtual int submit(TxOp* op) = 0;
-  // An inject-level send's fast path: writes its frame into the shared-memory ring at once, if
-  // the connection moves its frames there, nothing is queued before it and the ring has room
-  // for all of it. kQueue otherwise (on TCP, during the handshake, behind other sends, ring
-  // full, closed): the caller submits it, which also says why a connection cannot carry it.
-  // Applies no injected network fault: while its owner may have one armed (take_net_fault()),
-  // the owner submits instead. Takes the connection's lock; makes no upcall.
+  // A send's fast path (its owner completes it, if at all, once this returns kSent): writes its
+  // frame into the shared-memory ring at once, if the connection moves its frames there,
+  // nothing is queued before it and the ring has room for all of it. kQueue otherwise (on TCP,
+  // during the handshake, behind other sends, ring full, closed): the caller submits it, which also
+  // says why a connection cannot carry it. Applies no injected network fault: while its owner may
+  // have one armed (take_net_fault()), the owner submits instead. Takes the connection's lock;
+  // makes no upcall.
   virtual InlineResult send_inline(const InlineSend& s) = 0;
   // The owner placed a message it had buffered: send the delivery acknowledgement.
   virtual void ack_delivered(uint32_t seq) = 0;
