@@ -971,15 +971,14 @@ ssize_t Endpoint::post_prefixed(const SendRequest& req) {
 
 ssize_t Endpoint::post_payload(const SendRequest& req) {
   if (req.iov_count > kMaxIov || !valid_buffers(req.iov, req.iov_count)) return -FI_EINVAL;
-  if (req.kind == TxKind::kSend && req.result_count == 0 && req.compare_count == 0) {
+  const size_t len = total_len(req.iov, req.iov_count);
+  const OpLimits::Kind kind = OpLimits::of(req);
+  const size_t max = limits_.max(kind);
+  const bool copy = req.inject_call || (req.flags & FI_INJECT) != 0;
+  if (req.kind == TxKind::kSend && req.result_count == 0 && req.compare_count == 0 &&
+      len <= kInlineSendMax && len <= max && (!copy || len <= limits_.inject(kind))) {
     // A message, before the checks one-sided operations need: the short path if it may.
-    const size_t len = total_len(req.iov, req.iov_count);
-    const OpLimits::Kind kind = OpLimits::of(req);
-    const bool copy = req.inject_call || (req.flags & FI_INJECT) != 0;
-    if (len <= kInlineSendMax && len <= limits_.max(kind) &&
-        (!copy || len <= limits_.inject(kind))) {
-      if (const ssize_t rc = send_inline(req, len); rc != kNotInline) return rc;
-    }
+    if (const ssize_t rc = send_inline(req, len); rc != kNotInline) return rc;
   }
   if (req.result_count > kMaxIov || !valid_buffers(req.result, req.result_count)) {
     return -FI_EINVAL;
@@ -987,13 +986,9 @@ ssize_t Endpoint::post_payload(const SendRequest& req) {
   if (req.compare_count > kMaxIov || !valid_buffers(req.compare, req.compare_count)) {
     return -FI_EINVAL;
   }
-  const size_t len = total_len(req.iov, req.iov_count);
   const size_t result_len = total_len(req.result, req.result_count);
   const size_t compare_len = total_len(req.compare, req.compare_count);
-  const OpLimits::Kind kind = OpLimits::of(req);
-  const size_t max = limits_.max(kind);
   if (len > max || result_len > max) return -FI_EMSGSIZE;
-  const bool copy = req.inject_call || (req.flags & FI_INJECT) != 0;
   if (copy && len + compare_len > limits_.inject(kind)) return -FI_EMSGSIZE;
   switch (req.kind) {
     case TxKind::kSend:
