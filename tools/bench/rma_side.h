@@ -61,10 +61,15 @@ struct Link {
   std::atomic<bool> stop{false};  // a side failed: the other gives up its waits
   std::atomic<int> arrived{0};    // barrier arrivals so far, both sides together
   std::atomic<int> failures{0};   // failures so far: tells which side failed first
-  // Operations completed so far, both sides together. A side that only serves the other's
-  // operations (which complete on the other side's CQ) waits as long as this moves: its
-  // timeout counts from the last completion on either side.
-  std::atomic<uint64_t> completions{0};
+  // Operations completed so far by side i, written by that side alone. A side that only
+  // serves the other's operations (which complete on the other side's CQ) waits as long as
+  // their sum moves: its timeout counts from the last completion on either side. Each on a
+  // line of its own, away from what the sides poll: a counter both sides wrote would cross
+  // cores with every completion, inside the round trip the ping-pongs time.
+  struct alignas(64) Completions {
+    std::atomic<uint64_t> n{0};
+  };
+  Completions completions[2];
   // What a scenario's sides tell each other (Side::words); on lines of their own, away from
   // the atomics both sides poll.
   alignas(64) uint64_t words[kWords] = {};
