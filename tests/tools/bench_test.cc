@@ -183,7 +183,8 @@ Summary row(const std::string& scenario, const std::string& provider, double med
   Summary r;
   r.scenario = scenario;
   r.provider = provider;
-  r.measure = scenario.rfind("msg-pingpong/", 0) == 0 ? Measure::kLatencyNs : Measure::kNsPerEvent;
+  r.measure =
+      scenario.find("-pingpong/") != std::string::npos ? Measure::kLatencyNs : Measure::kNsPerEvent;
   r.reps = 7;
   r.median = r.min = r.max = r.p99 = median;
   return r;
@@ -279,6 +280,37 @@ TEST(BenchMsgTargets, ARunWithoutMsgScenariosHasNoMsgTargetLines) {
   const std::string targets = format_targets(rows);
   EXPECT_EQ(target_line(targets, kPingPong), "") << targets;
   EXPECT_EQ(target_line(targets, kRate), "") << targets;
+}
+
+const char* const kRdmAsMsg = "RDM ping-pong latency within 10 % of MSG's at every size";
+
+TEST(BenchRdmTargets, RdmAgainstMsgIsMetOnlyWithinTenPercentEitherWayAtEverySize) {
+  std::vector<Summary> rows;
+  for (const char* size : {"8", "64", "4Ki", "1Mi"}) {
+    rows.push_back(row(std::string("msg-pingpong/") + size, "fabq", 1'000));
+    rows.push_back(row(std::string("rdm-pingpong/") + size, "fabq", 1'100));
+  }
+  std::string line = target_line(format_targets(rows), kRdmAsMsg);
+  EXPECT_EQ(line.rfind("  [met] ", 0), 0u) << line;
+  EXPECT_NE(line.find("fabq rdm/msg): 8 B 1100/1000, 64 B 1100/1000, 4 KiB 1100/1000, "
+                      "1 MiB 1100/1000"),
+            std::string::npos)
+      << line;
+
+  rows[3].median = 1'101;  // 64 B: RDM just over 10 % slower
+  line = target_line(format_targets(rows), kRdmAsMsg);
+  EXPECT_EQ(line.rfind("  [NOT met] ", 0), 0u) << line;
+
+  rows[3].median = 900;  // faster by more than 10 %: the two still differ
+  line = target_line(format_targets(rows), kRdmAsMsg);
+  EXPECT_EQ(line.rfind("  [NOT met] ", 0), 0u) << line;
+
+  rows[3].median = 1'000;
+  rows.pop_back();  // 1 MiB: no RDM figure
+  rows.push_back(failed_row("rdm-pingpong/1Mi", "fabq", "client: no completion within 2000 ms"));
+  line = target_line(format_targets(rows), kRdmAsMsg);
+  EXPECT_EQ(line.rfind("  [NOT met] ", 0), 0u) << line;
+  EXPECT_NE(line.find("no figure from fabq for rdm-pingpong/1Mi"), std::string::npos) << line;
 }
 
 // ---------------------------------------------------------------------------------------------
