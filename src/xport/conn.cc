@@ -177,7 +177,7 @@ void Conn::leave_engine_locked(Engine* engine) {
   assert(engine == engine_);
   core::MutexLock lock(mu_);
   // Destroyed inside a message (its endpoint is closing): the receive it was filling goes back.
-  if (have_place_ && owner_ != nullptr) owner_->unplace(&place_);
+  if (have_place_ && owner() != nullptr) owner()->unplace(&place_);
   have_place_ = false;
   if (fd_.valid() && registered_) engine->remove_fd(fd_.get());
   engine->unschedule(this);  // its calls and its deadline
@@ -188,9 +188,9 @@ void Conn::leave_engine_locked(Engine* engine) {
 }
 
 void Conn::close_socket_locked() {
-  if (have_place_ && owner_ != nullptr) {
+  if (have_place_ && owner() != nullptr) {
     // Closed inside a message: whatever receive it was filling is not lost.
-    owner_->unplace(&place_);
+    owner()->unplace(&place_);
     have_place_ = false;
   }
   if (fd_.valid()) {
@@ -321,10 +321,10 @@ int Conn::submit(TxOp* op) {
   wire::encode(h, op->header);
   op->written = 0;
   op->accepted = true;
-  switch (owner_->take_net_fault()) {
+  switch (owner()->take_net_fault()) {
     case core::NetFault::kDrop:
       // Injected loss: the message never reaches the peer.
-      owner_->tx_lost(op, FI_ETIMEDOUT);
+      owner()->tx_lost(op, FI_ETIMEDOUT);
       return 0;
     case core::NetFault::kCorrupt:
       // Injected damage: the peer sees a header that is not fabq's and fails the connection.
@@ -445,7 +445,7 @@ int Conn::getname(void* addr, size_t* len) {
   if (fd_.valid()) {
     socklen_t l = sizeof(local);
     getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&local), &l);
-  } else if (owner_ != nullptr) {
+  } else if (owner() != nullptr) {
     local = params_.src;
   }
   return core::copy_sockaddr(local, addr, len);
@@ -504,11 +504,11 @@ bool Conn::flush_locked() {
         // Through shared memory the socket stays whole: it still carries doorbells both ways.
         shut_done_ = true;
         if (!tx_shm_) ::shutdown(fd_.get(), SHUT_WR);
-        if (owner_ != nullptr) {
-          owner_->async_event(FI_FABQ_EVENT_SQ_DRAINED);
+        if (owner() != nullptr) {
+          owner()->async_event(FI_FABQ_EVENT_SQ_DRAINED);
           // Both sides see FI_SHUTDOWN, as with rdma_disconnect(): this one now, the peer when
           // the kShutdown arrives.
-          if (!reported_) owner_->cm_event({.event = FI_SHUTDOWN});
+          if (!reported_) owner()->cm_event({.event = FI_SHUTDOWN});
         }
         reported_ = true;
       }
@@ -578,7 +578,7 @@ bool Conn::flush_locked() {
       mid_frame_ = false;
       send_head_ = (send_head_ + 1) % sendq_.size();
       --send_count_;
-      owner_->tx_written(op);
+      owner()->tx_written(op);
     }
   }
 }
@@ -883,10 +883,10 @@ bool Conn::frame_done_locked() {
     case wire::Op::kTagged: {
       if (!comm_est_ && !rdm_) {
         comm_est_ = true;
-        owner_->async_event(FI_FABQ_EVENT_COMM_EST);
+        owner()->async_event(FI_FABQ_EVENT_COMM_EST);
       }
       if (is_direct(h) && !deliver_direct_locked(h)) return false;
-      const bool delivered_now = owner_->placed(in_, &place_);
+      const bool delivered_now = owner()->placed(in_, &place_);
       if (in_.ack == AckWanted::kReceived) {
         queue_ctrl_locked(wire::Op::kAckReceived, in_.seq, nullptr, 0);
       } else if (in_.ack == AckWanted::kDelivered && delivered_now) {
@@ -897,21 +897,21 @@ bool Conn::frame_done_locked() {
     }
     case wire::Op::kWrite:
       if (is_direct(h)) return answer_request_locked(h);
-      owner_->placed(in_, &place_);
+      owner()->placed(in_, &place_);
       queue_ctrl_locked(wire::Op::kRmaAck, in_.seq, nullptr, 0, 0, 0,
                         static_cast<uint64_t>(place_.status));
       return flush_locked();
     case wire::Op::kReadResp:
     case wire::Op::kAtomicResp:
       forget_share_locked(h.seq);
-      owner_->placed(in_, &place_);
+      owner()->placed(in_, &place_);
       return true;
     case wire::Op::kReadReq:
     case wire::Op::kAtomic:
       return answer_request_locked(h);
     case wire::Op::kRmaAck:
       forget_share_locked(h.seq);
-      if (!owner_->rma_acked(this, h.seq, static_cast<RmaStatus>(h.data))) {
+      if (!owner()->rma_acked(this, h.seq, static_cast<RmaStatus>(h.data))) {
         fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "an answer to no write of ours");
         return false;
       }
@@ -919,7 +919,7 @@ bool Conn::frame_done_locked() {
     case wire::Op::kAckReceived:
     case wire::Op::kAckDelivered:
       forget_share_locked(h.seq);
-      if (!owner_->tx_acked(this, h.seq, h.op == wire::Op::kAckDelivered)) {
+      if (!owner()->tx_acked(this, h.seq, h.op == wire::Op::kAckDelivered)) {
         fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "an acknowledgement of no send");
         return false;
       }
@@ -957,7 +957,7 @@ bool Conn::answer_request_locked(const wire::Header& h) {
     if (seg_.peer_serves(shm_connecting_) && seg_.peer_reaches()) {
       copy.share(&seg_, shm_connecting_, h.seq, engine_->config().share_min, fd_.get());
     }
-    const RmaStatus status = owner_->remote_access(a, nullptr);
+    const RmaStatus status = owner()->remote_access(a, nullptr);
     if (copy.stuck()) {
       fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR,
                   "the peer took part of a direct copy and did not finish it");
@@ -996,7 +996,7 @@ bool Conn::answer_request_locked(const wire::Header& h) {
   RmaStatus status = RmaStatus::kOutOfBounds;  // a read longer than any message
   if (a.len <= params_.max_msg_size) {
     ctrl_.resize(at + wire::kHeaderSize + out_len);
-    status = owner_->remote_access(a, ctrl_.data() + at + wire::kHeaderSize);
+    status = owner()->remote_access(a, ctrl_.data() + at + wire::kHeaderSize);
   }
   if (status != RmaStatus::kOk) out_len = 0;
   ctrl_.resize(at + wire::kHeaderSize + out_len);
@@ -1010,21 +1010,21 @@ bool Conn::answer_request_locked(const wire::Header& h) {
 }
 
 bool Conn::deliver_locked(const unsigned char* bytes) {
-  if (owner_ != nullptr && owner_->deliver(in_, bytes)) return true;
+  if (owner() != nullptr && owner()->deliver(in_, bytes)) return true;
   return stall_locked();
 }
 
 bool Conn::stall_locked() {
   stalled_ = true;
   update_interest_locked();
-  if (owner_ != nullptr && owner_->take_retry()) engine_->schedule(this);
+  if (owner() != nullptr && owner()->take_retry()) engine_->schedule(this);
   return false;
 }
 
 bool Conn::place_locked() {
   place_.status = RmaStatus::kOk;
   place_.bad = false;
-  if (owner_ != nullptr && owner_->place(in_, &place_)) return true;
+  if (owner() != nullptr && owner()->place(in_, &place_)) return true;
   return stall_locked();
 }
 
@@ -1087,10 +1087,10 @@ void Conn::peer_closed_locked() {
     return;
   }
   const bool was_reported = std::exchange(reported_, true);
-  if (s == State::kConnected && owner_ != nullptr) {
-    if (!was_reported) owner_->cm_event({.event = FI_SHUTDOWN});
+  if (s == State::kConnected && owner() != nullptr) {
+    if (!was_reported) owner()->cm_event({.event = FI_SHUTDOWN});
     // Sends still waiting for the peer's acknowledgement will not get it.
-    owner_->abort_sends(this, FI_ECONNABORTED);
+    owner()->abort_sends(this, FI_ECONNABORTED);
   }
   send_count_ = 0;
   mid_frame_ = false;
@@ -1102,17 +1102,17 @@ void Conn::peer_closed_locked() {
         break;  // its acceptor frees it (close_socket_locked)
       case State::kConnecting:
       case State::kRequested:
-        owner_->cm_event({.err = FI_ECONNREFUSED});
+        owner()->cm_event({.err = FI_ECONNREFUSED});
         break;
       case State::kAccepted:
-        owner_->cm_event({.err = FI_ECONNABORTED});
+        owner()->cm_event({.err = FI_ECONNABORTED});
         break;
       default:
         break;
     }
   }
   // Nothing more can arrive: the posted receives end too, after FI_SHUTDOWN or the error.
-  if (owner_ != nullptr) owner_->connection_ended();
+  if (owner() != nullptr) owner()->connection_ended();
 }
 
 void Conn::fail_locked(int err, uint32_t event, const char* why) {
@@ -1128,16 +1128,16 @@ void Conn::fail_locked(int err, uint32_t event, const char* why) {
   send_count_ = 0;
   mid_frame_ = false;
   const bool was_reported = std::exchange(reported_, true);
-  if (owner_ == nullptr) return;  // not reported yet: its acceptor frees it
-  if (s == State::kConnected) owner_->abort_sends(this, err == FI_EREMOTEIO ? FI_EIO : err);
+  if (owner() == nullptr) return;  // not reported yet: its acceptor frees it
+  if (s == State::kConnected) owner()->abort_sends(this, err == FI_EREMOTEIO ? FI_EIO : err);
   if (!was_reported && s == State::kConnected) {
     // The event writes the EQ error entry and fails the posted receives.
-    owner_->async_event(event);
+    owner()->async_event(event);
     return;
   }
-  if (!was_reported) owner_->cm_event({.err = err});
+  if (!was_reported) owner()->cm_event({.err = err});
   // Already shut down, or never connected: the receives end as with the peer's close.
-  owner_->connection_ended();
+  owner()->connection_ended();
 }
 
 }  // namespace fabq::xport

@@ -93,6 +93,11 @@ class Conn final : public Connection, public Pollable {
   // engine lock already (a listener closing). The destructor then takes no lock.
   void leave_engine_locked(Engine* engine) FABQ_REQUIRES(engine->mu());
   bool closed() const { return state() == State::kClosed; }
+  // The owner now: null while passive and not adopted. Set under mu_ (an RDM connection's at
+  // its request, when its listener's owner routes it to a receive context, Owner::route()); a
+  // listener deciding whether to free a closed connection reads it without mu_ (release /
+  // acquire).
+  Owner* owner() const { return owner_.load(std::memory_order_acquire); }
   // Accepted and not yet connected: counted against its owner's backlog.
   bool in_handshake() const;
   // Its request went to the passive endpoint, which adopts or rejects it: not freed before.
@@ -167,7 +172,7 @@ class Conn final : public Connection, public Pollable {
   void doorbell_locked() FABQ_REQUIRES(mu_);
 
   Engine* const engine_;
-  Owner* owner_;  // null while passive and not adopted
+  std::atomic<Owner*> owner_;
   ConnParams params_;
   const bool rdm_;  // an RDM endpoint's connection
   // The protocol's side of the connection: its state, the secret it proves (params_.auth, or
@@ -195,6 +200,9 @@ class Conn final : public Connection, public Pollable {
   sockaddr_in peer_ FABQ_GUARDED_BY(mu_){};
   sockaddr_in peer_name_
       FABQ_GUARDED_BY(mu_){};  // RDM inbound: the name the peer endpoint announced
+  // RDM inbound: the peer takes no messages back through it (a scalable endpoint's transmit
+  // context, wire::kRdmOneWay).
+  bool one_way_ FABQ_GUARDED_BY(mu_) = false;
   wire::Framer framer_ FABQ_GUARDED_BY(mu_);
   std::unique_ptr<unsigned char[]> rbuf_;
   // The payload of the kReadReq or kAtomic being read (written under mu_).

@@ -23,7 +23,7 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
   peer_ = peer;
   // RDM: what comes back through it is from the endpoint named by the address connected to.
   if (rdm_) peer_name_ = peer;
-  switch (owner_->take_net_fault()) {
+  switch (owner()->take_net_fault()) {
     case core::NetFault::kReject:
       // Injected: refused as if the peer had called fi_reject without data.
       set_state(hs_.close());
@@ -103,14 +103,14 @@ int Conn::connect(const sockaddr_in& peer, const void* data, size_t len) {
 }
 
 void Conn::refused_locked(int err, const void* data, size_t len) {
-  if (owner_ == nullptr) return;
+  if (owner() == nullptr) return;
   if (rdm_) {
     send_count_ = 0;
     mid_frame_ = false;
-    owner_->abort_sends(this, err);
+    owner()->abort_sends(this, err);
   } else {
-    owner_->cm_event({.err = err, .data = data, .len = len});
-    owner_->connection_ended();
+    owner()->cm_event({.err = err, .data = data, .len = len});
+    owner()->connection_ended();
   }
 }
 
@@ -134,12 +134,12 @@ bool Conn::in_handshake() const {
          s == State::kAccepted;
 }
 
-bool Conn::adopt(Owner* owner, const ConnParams& params) {
+bool Conn::adopt(Owner* to, const ConnParams& params) {
   core::MutexLock lock(mu_);
   acceptor_ = nullptr;  // handed over: the owner owns it now
   passive_ = nullptr;
-  if (state() != State::kPending || owner_ != nullptr) return false;
-  owner_ = owner;
+  if (state() != State::kPending || owner() != nullptr) return false;
+  owner_.store(to, std::memory_order_release);
   params_ = params;
   hs_.set_key(params.auth);  // the passive endpoint's may go before it
   framer_ = wire::Framer(params.max_msg_size);
@@ -148,7 +148,7 @@ bool Conn::adopt(Owner* owner, const ConnParams& params) {
 
 int Conn::accept(const void* data, size_t len) {
   core::MutexLock lock(mu_);
-  if (state() != State::kPending || owner_ == nullptr) {
+  if (state() != State::kPending || owner() == nullptr) {
     return state() == State::kClosed ? -FI_ECONNABORTED : -FI_EOPBADSTATE;
   }
   queue_accept_locked(data, len);
@@ -179,7 +179,16 @@ int Conn::reject_locked(const void* data, size_t len) {
 // A request, authenticated if this side holds a secret: reported (MSG) or accepted (RDM).
 bool Conn::take_request_locked(const handshake::Next& next) {
   if (next.step == Step::kAcceptPeer) {
-    // An RDM endpoint takes every peer, at once.
+    // An RDM endpoint takes every peer, at once, through the receive context it asks for.
+    Owner* const to = owner()->route(next.rx);
+    if (to == nullptr) {
+      engine_->log(LogLevel::kWarn, "connection from %s:%u refused: no receive context %u\n",
+                   inet_ntoa(peer_.sin_addr), ntohs(peer_.sin_port), next.rx);
+      reject_locked(nullptr, 0);
+      return false;
+    }
+    owner_.store(to, std::memory_order_release);
+    one_way_ = next.one_way;
     peer_name_ = next.peer;
     map_offer_locked(next.request);
     queue_accept_locked(nullptr, 0);
@@ -250,7 +259,7 @@ bool Conn::handshake_frame_locked(const wire::Header& h) {
       // sends its RTU before ESTABLISHED): an application that exits at once must not leave
       // the peer with a handshake cut short.
       if (!flush_locked()) return false;  // and the sends queued while connecting
-      if (!rdm_) owner_->cm_event({.event = FI_CONNECTED, .data = next.data, .len = next.len});
+      if (!rdm_) owner()->cm_event({.event = FI_CONNECTED, .data = next.data, .len = next.len});
       return true;
     case Step::kConnected:
       engine_->set_deadline(this, 0);
@@ -261,11 +270,11 @@ bool Conn::handshake_frame_locked(const wire::Header& h) {
       if (rdm_) {
         // Replies go through it only when it comes from the host its peer's name is on: a
         // peer that announced another endpoint's name gets no message meant for that one.
-        if (peer_.sin_addr.s_addr == peer_name_.sin_addr.s_addr) {
-          owner_->inbound_ready(this, peer_name_);
+        if (!one_way_ && peer_.sin_addr.s_addr == peer_name_.sin_addr.s_addr) {
+          owner()->inbound_ready(this, peer_name_);
         }
       } else {
-        owner_->cm_event({.event = FI_CONNECTED});
+        owner()->cm_event({.event = FI_CONNECTED});
       }
       return true;
     case Step::kReject:

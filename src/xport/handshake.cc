@@ -1,6 +1,7 @@
 #include "xport/handshake.h"
 
 #include <cstring>
+#include <optional>
 
 namespace fabq::xport::handshake {
 
@@ -143,12 +144,14 @@ Next Handshake::end(Step step, const char* why, const unsigned char* data, size_
 Next Handshake::take_request(const wire::Header& h, const unsigned char* data, size_t len) {
   Next next{.request = h, .data = data, .len = len};
   if (rdm_) {
-    // The peer endpoint's name, then accepted at once: an RDM endpoint takes every peer.
-    sockaddr_in name{};
-    if (len == sizeof(name)) std::memcpy(&name, data, sizeof(name));
-    if (name.sin_family != AF_INET) return end(Step::kViolation, "an RDM request without a name");
+    // The peer endpoint's name (and the receive context it connects to), then accepted at
+    // once: an RDM endpoint takes every peer.
+    const std::optional<wire::RdmRequest> req = wire::parse_rdm_request(data, len);
+    if (!req) return end(Step::kViolation, "an RDM request without a name");
     next.step = Step::kAcceptPeer;
-    next.peer = name;
+    next.peer = req->name;
+    next.rx = req->rx;
+    next.one_way = req->one_way;
     state_ = State::kAccepted;
   } else {
     next.step = Step::kReport;

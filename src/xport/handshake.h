@@ -113,8 +113,11 @@ struct Next {
   // until its proof): valid until the next call on either.
   const unsigned char* data = nullptr;
   size_t len = 0;
-  // kAcceptPeer: the name the peer endpoint announced.
+  // kAcceptPeer: the name the peer endpoint announced, the receive context it connects to and
+  // whether it takes messages back through the connection (wire::kRdmOneWay).
   sockaddr_in peer{};
+  uint32_t rx = 0;
+  bool one_way = false;
 };
 
 class Handshake {

@@ -206,6 +206,24 @@ void RdmListener::sweep() {
   sweep_locked();
 }
 
+void RdmListener::release(Owner* owner) {
+  core::MutexLock elock(engine_->mu());
+  std::vector<std::unique_ptr<Conn>> gone;
+  {
+    core::MutexLock lock(mu_);
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      if ((*it)->owner() == owner) {
+        gone.push_back(std::move(*it));
+        it = conns_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // As close_locked(): each takes its own lock, which comes before the acceptor's.
+  for (const auto& c : gone) c->leave_engine_locked(engine_);
+}
+
 std::unique_ptr<Conn> RdmListener::make_conn(core::UniqueFd fd) {
   return std::make_unique<Conn>(engine_, owner_, params_, std::move(fd));
 }
@@ -220,7 +238,7 @@ const core::HmacSha256* RdmListener::auth_key() const {
 
 // A buffered message that came through one still owes its sender a delivery acknowledgement.
 bool RdmListener::may_free_locked(Conn* c) {
-  return owner_->can_free(c);
+  return c->owner()->can_free(c);
 }
 
 }  // namespace fabq::xport

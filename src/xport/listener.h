@@ -108,6 +108,7 @@ class RdmListener final : public Listener, public Acceptor {
 
   int getname(void* addr, size_t* len) override;
   void sweep() override;
+  void release(Owner* owner) override;
   const core::HmacSha256* auth_key() const override;
 
  private:

@@ -84,11 +84,21 @@ struct ConnParams {
   bool rdm = false;         // an RDM endpoint's connection: no CM events, made by the first send
   size_t max_msg_size = 0;  // the largest payload it accepts
   sockaddr_in src{};        // MSG: connect from this address when its port is not 0
-  sockaddr_in announce{};   // RDM: the name sent as connect data (the listener's address)
   // The secret both ends prove in the handshake (core/hmac.h); null: peers are not
   // authenticated. Must outlive the connection.
   const core::HmacSha256* auth = nullptr;
 };
+
+// An RDM connection's connect data (Connection::connect): the connecting endpoint's name (its
+// listener's address, which the peer's FI_SOURCE reports), the peer's receive context it is for
+// (a scalable endpoint's fi_rx_context; 0 for an endpoint), and whether it takes no message
+// back through the connection (a scalable endpoint's transmit context, which receives nothing:
+// the peer connects to its name to answer). xport/wire.h kRdmRequestLong.
+struct RdmConnectData {
+  unsigned char bytes[20];
+  size_t len;
+};
+RdmConnectData rdm_connect_data(const sockaddr_in& name, uint32_t rx, bool one_way);
 
 // --- Sends
 
@@ -359,6 +369,12 @@ class Owner {
   // RDM listener: whether a closed connection it accepted may be freed (nothing the owner
   // keeps refers to it). Never called for connections the owner holds itself.
   virtual bool can_free(const Connection* c) = 0;
+  // RDM listener: the owner of a connection it accepted whose peer connects to receive context
+  // `rx` (wire::kRdmRequestLong), asked, holding the connection's lock, once its request is in
+  // and before any message: this owner (an endpoint: rx 0), one of its receive contexts (a
+  // scalable endpoint, whose listener it is), or null, and the request is refused. From then
+  // on that owner gets the connection's upcalls; until the listener's release() for it.
+  virtual Owner* route(uint32_t rx) { return rx == 0 ? this : nullptr; }
 
  protected:
   ~Owner() = default;
@@ -450,6 +466,10 @@ class Listener {
   virtual int getname(void* addr, size_t* len) = 0;
   // Frees the accepted connections that closed and that the owner no longer refers to.
   virtual void sweep() = 0;
+  // Closes and frees every connection it accepted that Owner::route() gave to `owner`: no
+  // upcall reaches `owner` through them once this returns. Takes the engine lock; call it
+  // holding no connection's or owner's lock, and only once route() no longer gives `owner`.
+  virtual void release(Owner* owner) = 0;
 };
 
 // A passive endpoint's listening socket: each accepted connection waits for its request, which

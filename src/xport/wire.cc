@@ -229,6 +229,27 @@ size_t Framer::take_header(const unsigned char* p, size_t n) {
   return take;
 }
 
+size_t rdm_request(const sockaddr_in& name, uint32_t rx, bool one_way,
+                   unsigned char out[kRdmRequestLong]) {
+  std::memcpy(out, &name, sizeof(name));
+  if (rx == 0 && !one_way) return kRdmRequestShort;
+  put<uint32_t>(out + kRdmRequestShort, (rx & kRdmRxMask) | (one_way ? kRdmOneWay : 0));
+  return kRdmRequestLong;
+}
+
+std::optional<RdmRequest> parse_rdm_request(const unsigned char* data, size_t len) {
+  if (len != kRdmRequestShort && len != kRdmRequestLong) return std::nullopt;
+  RdmRequest r;
+  std::memcpy(&r.name, data, sizeof(r.name));
+  if (r.name.sin_family != AF_INET) return std::nullopt;
+  if (len == kRdmRequestLong) {
+    const uint32_t word = get<uint32_t>(data + kRdmRequestShort);
+    r.rx = word & kRdmRxMask;
+    r.one_way = (word & kRdmOneWay) != 0;
+  }
+  return r;
+}
+
 size_t Framer::take_payload(size_t n) {
   if (dead() || !in_payload_ || done_) return 0;
   const size_t take = std::min(n, payload_left_);
@@ -240,6 +261,14 @@ size_t Framer::take_payload(size_t n) {
 }  // namespace fabq::xport::wire
 
 namespace fabq::xport {
+
+static_assert(sizeof(RdmConnectData::bytes) == wire::kRdmRequestLong);
+
+RdmConnectData rdm_connect_data(const sockaddr_in& name, uint32_t rx, bool one_way) {
+  RdmConnectData d{};
+  d.len = wire::rdm_request(name, rx, one_way, d.bytes);
+  return d;
+}
 
 void put_prefix_u64(TxOp* op, uint64_t v) {
   wire::put_u64(op->prefix, v);

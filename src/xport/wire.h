@@ -75,6 +75,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "core/cm_data.h"
 #include "xport/transport.h"
@@ -90,6 +91,29 @@ inline constexpr size_t kMacSize = 32;
 inline constexpr size_t kMaxConnReq = core::kCmDataSize + kNonceSize;  // kConnReq with kAuth
 inline constexpr size_t kChallengeSize = kNonceSize + kMacSize;
 inline constexpr size_t kProofSize = kMacSize;
+
+// An RDM endpoint's kConnReq: its connect data is the connecting endpoint's name (a
+// sockaddr_in, 16 bytes), optionally followed by one 32-bit word, little endian: the receive
+// context of the peer the connection is for (bits 0-30; a scalable endpoint's fi_rx_context;
+// 0 without the word) and kRdmOneWay (bit 31): the connecting side takes no message back
+// through this connection (a scalable endpoint's transmit context, which receives nothing), so
+// the peer makes its own to answer. Any other length is a violation.
+inline constexpr size_t kRdmRequestShort = sizeof(sockaddr_in);
+inline constexpr size_t kRdmRequestLong = kRdmRequestShort + sizeof(uint32_t);
+inline constexpr uint32_t kRdmOneWay = 1u << 31;
+inline constexpr uint32_t kRdmRxMask = kRdmOneWay - 1;
+// The connect data for `name`, receive context `rx` (at most kRdmRxMask) and `one_way`: written
+// to `out`, whose length it returns (the short form when rx is 0 and not one_way).
+size_t rdm_request(const sockaddr_in& name, uint32_t rx, bool one_way,
+                   unsigned char out[kRdmRequestLong]);
+// What an RDM kConnReq's connect data says; nullopt unless it has one of the two lengths and
+// names an AF_INET address.
+struct RdmRequest {
+  sockaddr_in name{};
+  uint32_t rx = 0;
+  bool one_way = false;
+};
+std::optional<RdmRequest> parse_rdm_request(const unsigned char* data, size_t len);
 
 enum class Op : uint8_t {
   kConnReq = 1,       // payload: connect data (<= core::kCmDataSize)

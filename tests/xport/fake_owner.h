@@ -119,6 +119,14 @@ class FakeOwner final : public Owner {
     std::lock_guard lock(mu_);
     can_free_ = on;
   }
+  // route(): receive context i of this listener's owner is routes[i] (null or past the end:
+  // refused), as a scalable endpoint routes to its receive contexts. Unset: the default, rx 0
+  // to this owner.
+  void set_routes(std::vector<Owner*> routes) {
+    std::lock_guard lock(mu_);
+    routes_ = std::move(routes);
+    routed_ = true;
+  }
 
   // One-sided requests from the peer reach this region only (key, first byte, length), at
   // offsets: remote_access() and writes are checked against it as an endpoint checks its regions.
@@ -466,6 +474,12 @@ class FakeOwner final : public Owner {
     return can_free_;
   }
 
+  Owner* route(uint32_t rx) override {
+    std::lock_guard lock(mu_);
+    if (!routed_) return rx == 0 ? this : nullptr;
+    return rx < routes_.size() ? routes_[rx] : nullptr;
+  }
+
  private:
   struct Slot {
     Incoming in;
@@ -494,6 +508,8 @@ class FakeOwner final : public Owner {
   size_t capacity_ = SIZE_MAX;
   bool deliver_now_ = true;
   bool can_free_ = true;
+  std::vector<Owner*> routes_;
+  bool routed_ = false;
   uint64_t next_id_ = 1;
   std::map<uint64_t, std::unique_ptr<Slot>> in_flight_;
   std::map<std::pair<const Connection*, uint32_t>, TxLevel> awaiting_;

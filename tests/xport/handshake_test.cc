@@ -400,8 +400,34 @@ TEST(HandshakeTransitions, AnAuthenticatedRdmRequestIsAcceptedOnlyAfterItsProof)
   EXPECT_EQ(ntohs(next.peer.sin_port), 4242);
 }
 
+// A scalable endpoint's peers name the receive context they connect to, and its transmit
+// contexts say they take nothing back (wire.h kRdmRequestLong).
+TEST(HandshakeTransitions, AnRdmRequestNamesTheReceiveContextAndWhetherItTakesAnswers) {
+  sockaddr_in name{};
+  name.sin_family = AF_INET;
+  name.sin_port = htons(4242);
+  name.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (const auto& [rx, one_way] : {std::pair{0u, false}, std::pair{3u, false}, std::pair{0u, true},
+                                    std::pair{wire::kRdmRxMask, true}}) {
+    const RdmConnectData d = rdm_connect_data(name, rx, one_way);
+    EXPECT_EQ(d.len, rx == 0 && !one_way ? sizeof(sockaddr_in) : wire::kRdmRequestLong)
+        << "the short form when there is nothing more to say";
+    Handshake a(/*rdm=*/true);
+    Handshake p(/*rdm=*/true);
+    p.incoming(/*inbound=*/true, nullptr);
+    const Sent req = send_request(a, Bytes(d.bytes, d.bytes + d.len), {});
+    const Next next = p.on_frame(req.h, req.payload.data());
+    ASSERT_EQ(next.step, Step::kAcceptPeer) << rx;
+    EXPECT_EQ(next.rx, rx);
+    EXPECT_EQ(next.one_way, one_way);
+    EXPECT_EQ(ntohs(next.peer.sin_port), 4242);
+  }
+}
+
 TEST(HandshakeTransitions, AnRdmRequestWithoutANameIsAViolation) {
-  for (const Bytes& data : {Bytes{}, bytes("not a sockaddr_in"), Bytes(sizeof(sockaddr_in))}) {
+  // Neither length, a name of another family, and a long form whose name is not AF_INET.
+  for (const Bytes& data : {Bytes{}, bytes("not a sockaddr_in"), Bytes(sizeof(sockaddr_in)),
+                            Bytes(wire::kRdmRequestLong), Bytes(wire::kRdmRequestLong + 1, 2)}) {
     Handshake p(/*rdm=*/true);
     p.incoming(true, nullptr);
     const Next next = p.on_frame(frame(Op::kConnReq, data.size()), data.data());

@@ -314,9 +314,7 @@ class Harness : public Base {
     ASSERT_NE(p->la, nullptr) << err;
     p->a_name = name_of(*p->la);
     p->b_name = name_of(*p->lb);
-    ConnParams pa = rdm_params();
-    pa.announce = p->a_name;
-    p->c = t_->make_connection(&client_, pa);
+    p->c = t_->make_connection(&client_, rdm_params());
   }
   void send(FakeOwner& owner, Connection* c, TxOp* op) { ASSERT_EQ(owner.submit(c, op), 0); }
 

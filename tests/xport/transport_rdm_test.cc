@@ -156,6 +156,53 @@ TEST_P(TransportTest, RdmRequestWithoutANameIsRefused) {
   EXPECT_TRUE(logged_containing("an RDM request without a name"));
 }
 
+// A scalable endpoint's listener (Owner::route): each connection goes to the receive context its
+// request names, or is refused; a one-way connection is not offered for replies; release() closes
+// the connections of one context only.
+TEST_P(TransportTest, RdmListenerRoutesEachConnectionToTheContextItNamesAndReleasesOneContext) {
+  FakeOwner ctx1;  // receive context 1; outlives the listener, which may call it until released
+  int err = 0;
+  std::unique_ptr<Listener> lb = t_->open_listener(&server_, rdm_params(), loopback(0), &err);
+  ASSERT_NE(lb, nullptr) << err;
+  server_.set_routes({&server_, &ctx1});
+  const sockaddr_in a_name = loopback(1);
+  const RdmConnectData to1 = rdm_connect_data(a_name, 1, false);
+  const RdmConnectData to2 = rdm_connect_data(a_name, 2, false);
+  const RdmConnectData one_way = rdm_connect_data(a_name, 0, true);
+  std::unique_ptr<Connection> c1 = t_->make_connection(&client_, rdm_params());
+  std::unique_ptr<Connection> c2 = t_->make_connection(&client_, rdm_params());
+  std::unique_ptr<Connection> c0 = t_->make_connection(&client_, rdm_params());
+  Outbox out;
+  ASSERT_NO_FATAL_FAILURE(send(client_, c1.get(), out.make("to one", 1)));
+  ASSERT_NO_FATAL_FAILURE(send(client_, c2.get(), out.make("to two", 2)));
+  ASSERT_NO_FATAL_FAILURE(send(client_, c0.get(), out.make("one way", 3)));
+  ASSERT_EQ(c1->connect(name_of(*lb), to1.bytes, to1.len), 0);
+  ASSERT_EQ(c2->connect(name_of(*lb), to2.bytes, to2.len), 0);
+  ASSERT_EQ(c0->connect(name_of(*lb), one_way.bytes, one_way.len), 0);
+  ASSERT_TRUE(pump([&] {
+    return ctx1.received_count() == 1 && server_.received_count() == 1 &&
+           client_.abort_count() == 1;
+  }));
+  settle(milliseconds(30));
+  EXPECT_TRUE(ctx1.received()[0].bytes == out.payload(0)) << "context 1 has its message";
+  EXPECT_TRUE(server_.received()[0].bytes == out.payload(2)) << "context 0 the one-way one";
+  EXPECT_EQ(client_.aborts()[0].conn, c2.get()) << "no context 2: refused";
+  EXPECT_EQ(client_.aborts()[0].err, FI_ECONNREFUSED);
+  EXPECT_TRUE(logged_containing("no receive context 2"));
+  EXPECT_EQ(ctx1.inbound().size(), 1u) << "an ordinary peer is offered for replies";
+  EXPECT_TRUE(server_.inbound().empty()) << "a one-way peer takes nothing back";
+
+  // Context 1 closes: its connection goes, and nothing more reaches it; context 0 goes on.
+  server_.set_routes({&server_, nullptr});
+  lb->release(&ctx1);
+  ASSERT_NO_FATAL_FAILURE(send(client_, c1.get(), out.make("too late", 4, 4, TxLevel::kDelivery)));
+  ASSERT_NO_FATAL_FAILURE(send(client_, c0.get(), out.make("still here", 5)));
+  ASSERT_TRUE(pump([&] { return client_.abort_count() == 2 && server_.received_count() == 2; }));
+  EXPECT_EQ(client_.aborts()[1].conn, c1.get());
+  EXPECT_EQ(ctx1.received_count(), 1u);
+  EXPECT_EQ(ctx1.problems(), std::vector<std::string>{});
+}
+
 TEST_P(TransportTest, RdmListenerAsksItsOwnerBeforeFreeingAConnectionThatClosed) {
   int err = 0;
   std::unique_ptr<Listener> lb = t_->open_listener(&server_, rdm_params(), loopback(0), &err);
