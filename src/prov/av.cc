@@ -512,9 +512,9 @@ int open_av(fid_domain* domain_fid, fi_av_attr* attr, fid_av** out, void* contex
               (unsigned long long)(attr->flags & ~(FI_EVENT | FI_READ | FI_SYMMETRIC)));
     return -FI_EBADFLAGS;
   }
-  if (attr->rx_ctx_bits != 0) {
-    FABQ_WARN(FI_LOG_AV, "fi_av_open: rx_ctx_bits %d: fabq has no scalable endpoints\n",
-              attr->rx_ctx_bits);
+  if (attr->rx_ctx_bits < 0 || attr->rx_ctx_bits > Av::kMaxRxCtxBits) {
+    FABQ_WARN(FI_LOG_AV, "fi_av_open: rx_ctx_bits %d: fabq takes 0 to %d\n", attr->rx_ctx_bits,
+              Av::kMaxRxCtxBits);
     return -FI_EINVAL;
   }
   int type = raw_enum(attr->type);
@@ -549,6 +549,7 @@ int open_av(fid_domain* domain_fid, fi_av_attr* attr, fid_av** out, void* contex
     delete av;
     return -FI_ENOMEM;
   }
+  av->set_rx_ctx_bits(attr->rx_ctx_bits);
   attr->type = static_cast<fi_av_type>(type);
   *out = av->handle();
   domain->note_operation();

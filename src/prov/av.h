@@ -124,6 +124,23 @@ class Av final : public Object {
     return removed_.load(std::memory_order_acquire) ||
            (shared_ != nullptr && shared_->ever_removed());
   }
+  // FI_NAMED_RX_CTX (fi_av(3) rx_ctx_bits): the top `bits` bits of an fi_addr_t (fi_rx_addr)
+  // name a receive context of the scalable endpoint at the entry the other bits name. 0: none.
+  // Set before the AV is handed out; at most kMaxRxCtxBits.
+  static constexpr int kMaxRxCtxBits = 31;
+  void set_rx_ctx_bits(int bits) { rx_ctx_bits_ = bits; }
+  int rx_ctx_bits() const { return rx_ctx_bits_; }
+  // `addr` as an entry and a receive context: {addr, 0} without rx_ctx_bits, and for
+  // FI_ADDR_UNSPEC and FI_ADDR_NOTAVAIL.
+  struct RxAddr {
+    fi_addr_t entry;
+    uint32_t rx;
+  };
+  RxAddr split(fi_addr_t addr) const {
+    if (rx_ctx_bits_ == 0 || addr == FI_ADDR_UNSPEC || addr == FI_ADDR_NOTAVAIL) return {addr, 0};
+    const int shift = 64 - rx_ctx_bits_;
+    return {addr & ((fi_addr_t{1} << shift) - 1), static_cast<uint32_t>(addr >> shift)};
+  }
   // A named AV: its table is `table`'s, shared with the other processes that open the name.
   // Before the AV is handed out.
   void share(std::unique_ptr<SharedAvTable> table) { shared_ = std::move(table); }
@@ -143,6 +160,7 @@ class Av final : public Object {
     int err;
   };
 
+  int rx_ctx_bits_ = 0;
   static uint64_t key(const sockaddr_in& sa);
   // Appends `sa` (normalized) and links it into the hash map; returns its index, or kNone
   // when memory ran out. Holds mu_ exclusively.

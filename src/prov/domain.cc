@@ -16,6 +16,7 @@
 #include "prov/noop.h"
 #include "prov/provider.h"
 #include "prov/rma_ops.h"
+#include "prov/sep.h"
 #include "prov/srx.h"
 #include "prov/stx.h"
 #include "prov/wait_set.h"
@@ -69,7 +70,7 @@ struct DomainOps {
       .av_open = open_av,
       .cq_open = open_cq,
       .endpoint = open_endpoint,
-      .scalable_ep = enosys<fid_domain*, fi_info*, fid_ep**, void*>,
+      .scalable_ep = open_sep,
       .cntr_open = open_cntr,
       .poll_open = open_poll_set,
       .stx_ctx = open_stx,

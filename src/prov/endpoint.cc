@@ -18,6 +18,7 @@
 #include "prov/eq.h"
 #include "prov/fabric.h"
 #include "prov/provider.h"
+#include "prov/sep.h"
 #include "prov/srx.h"
 #include "prov/stx.h"
 
@@ -113,7 +114,7 @@ bool OpLimits::set_inject(Kind k, size_t bytes) {
   return true;
 }
 
-Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
+Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context, EpContext ctx)
     : Object(FI_CLASS_EP, domain),
       AsyncTarget(core::FaultTargetKind::kEndpoint, &box_.fid.fid),
       domain_(domain),
@@ -136,6 +137,7 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context)
       source_err_(source_ && (info.caps & FI_SOURCE_ERR) != 0),
       directed_(rdm_ ? DirectedRecv::of(info.caps, domain->fabric()->api()) : DirectedRecv{}),
       caps_(info.caps),
+      ctx_(ctx),
       auth_(auth_key_of(info)),
       queue_(rx_size_, params().unexpected_bytes, 4 * rx_size_),
       tx_ring_(tx_size_) {
@@ -173,7 +175,9 @@ Endpoint::~Endpoint() {
   // 3. Threads that borrowed it or one of its connections are done with them.
   while (borrowed_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   // 4. The connections go: nothing calls back into this endpoint after that. One closed inside
-  //    a message gives back the receive it was filling (Endpoint::unplace).
+  //    a message gives back the receive it was filling (Endpoint::unplace). A receive
+  //    context's came through its scalable endpoint's listener, which routes no more to it.
+  if (ctx_.sep != nullptr) ctx_.sep->detach(this);
   listener_.reset();
   peers_.clear();
   retired_.clear();
@@ -213,7 +217,8 @@ Endpoint::~Endpoint() {
        {static_cast<Object*>(eq_), static_cast<Object*>(tx_cq_), static_cast<Object*>(rx_cq()),
         static_cast<Object*>(tx_cntr_), static_cast<Object*>(rx_cntr_), static_cast<Object*>(av_),
         static_cast<Object*>(write_cntr_), static_cast<Object*>(read_cntr_),
-        static_cast<Object*>(rem_write_cntr_), static_cast<Object*>(rem_read_cntr_)}) {
+        static_cast<Object*>(rem_write_cntr_), static_cast<Object*>(rem_read_cntr_),
+        static_cast<Object*>(ctx_.sep)}) {
     if (o != nullptr) o->release();
   }
 }
@@ -240,6 +245,23 @@ Connection* Endpoint::connection() {
 int Endpoint::enable() {
   sockaddr_in at{};
   xport::ConnParams params;
+  if (ctx_.sep != nullptr) {
+    // A context listens through its scalable endpoint, whose AV it takes unless it has one.
+    Av* const sep_av = ctx_.sep->av();
+    core::MutexLock lock(mu_);
+    if (enabled_) return 0;
+    if (av_ == nullptr && sep_av != nullptr) {
+      sep_av->hold();
+      av_ = sep_av;
+    }
+    if (av_ == nullptr) return -FI_ENOAV;
+    // A context needs no CQ: a receive context may serve only peers' one-sided operations (as
+    // Open MPI's btl/ofi uses them), whose completions are the initiators'.
+    enabled_ = true;
+    // Under mu_ (the scalable endpoint's lock is a leaf): no message reaches it before this.
+    if (ctx_.role == EpRole::kRxContext) ctx_.sep->context_enabled(this, ctx_.index);
+    return 0;
+  }
   {
     core::MutexLock lock(mu_);
     if (enabled_) return 0;
@@ -288,14 +310,10 @@ bool Endpoint::unreferenced_locked(const Connection* c) {
 void Endpoint::inbound_ready(Connection* c, const sockaddr_in& name) {
   core::MutexLock lock(mu_);
   if (closing_) return;
-  auto same = std::find_if(peers_.begin(), peers_.end(), [&name](const Peer& q) {
-    return q.to.sin_addr.s_addr == name.sin_addr.s_addr && q.to.sin_port == name.sin_port;
-  });
-  if (same == peers_.end()) {
-    same = peers_.insert(peers_.end(), Peer{.to = name});
-  }
+  // A peer's connection reaches its one receive queue: receive context 0 of a scalable one.
+  Peer& same = peer_entry_locked(name, 0);
   // A connection the peer made earlier and that is still open keeps the sends it carries.
-  if (same->in == nullptr || !same->in->open()) same->in = c;
+  if (same.in == nullptr || !same.in->open()) same.in = c;
 }
 
 fi_addr_t Endpoint::source_of(const Incoming& in) const {
@@ -438,7 +456,8 @@ ssize_t Endpoint::post_recv(PostedRecv& r, fi_addr_t src) {
     if (directed_.applies(r.tagged) && !claim_only) {
       if (src != FI_ADDR_UNSPEC) {
         sockaddr_in name{};
-        if (av_ == nullptr || !av_->lookup(src, &name)) return -FI_EINVAL;
+        // fi_rx_addr's context bits name a context of the sender's, not another sender.
+        if (av_ == nullptr || !av_->lookup(av_->split(src).entry, &name)) return -FI_EINVAL;
         r.source = SourceFilter::only(name);
       } else if (directed_.exact) {
         return -FI_EINVAL;
@@ -1023,8 +1042,8 @@ ssize_t Endpoint::post_payload(const SendRequest& req) {
   std::vector<std::unique_ptr<Connection>> dead;  // freed once mu_ is released
   FaultAction action;
   std::vector<uint32_t> cq_events;
-  Cq* tx_cq = nullptr;     // fixed once enabled
-  sockaddr_in announce{};  // RDM: the listener's name, sent to a fresh connection's peer
+  Cq* tx_cq = nullptr;            // fixed once enabled
+  xport::RdmConnectData hello{};  // RDM: what a fresh connection tells its peer
   {
     core::MutexLock lock(mu_);
     if (!enabled_ || failed_) return -FI_EOPBADSTATE;
@@ -1051,13 +1070,12 @@ ssize_t Endpoint::post_payload(const SendRequest& req) {
     }
     if (rdm_) {
       int err = 0;
-      conn = peer_locked(req.dest, &fresh, &peer, &dead, &err);
+      conn = peer_locked(req.dest, &fresh, &peer, &dead, &err, &hello);
       if (conn == nullptr) {
         if (reserve) tx_cq_->queue().cancel_reservation(1);
         tx_ring_.release(op);
         return err;
       }
-      if (fresh) announce = rdm_name_;
       borrowed_.fetch_add(1, std::memory_order_relaxed);
     }
     op->kind = req.kind;
@@ -1141,7 +1159,7 @@ ssize_t Endpoint::post_payload(const SendRequest& req) {
   int rc = op != nullptr ? conn->submit(op) : 0;
   // RDM: a new connection is connected after its first send is queued on it, so that a
   // refusal known at once fails that send like any later one.
-  if (fresh) conn->connect(peer, &announce, sizeof(announce));
+  if (fresh) conn->connect(peer, hello.bytes, hello.len);
   if (rdm_) borrowed_.fetch_sub(1, std::memory_order_release);
   if (rc != 0) {
     core::MutexLock lock(mu_);
@@ -1219,23 +1237,42 @@ ssize_t Endpoint::send_inline(const SendRequest& req, size_t len) {
   return 0;
 }
 
+Endpoint::Peer& Endpoint::peer_entry_locked(const sockaddr_in& sa, uint32_t rx) {
+  auto same = std::find_if(peers_.begin(), peers_.end(), [&sa, rx](const Peer& q) {
+    return q.to.sin_addr.s_addr == sa.sin_addr.s_addr && q.to.sin_port == sa.sin_port && q.rx == rx;
+  });
+  if (same == peers_.end()) same = peers_.insert(peers_.end(), Peer{.to = sa, .rx = rx});
+  return *same;
+}
+
 Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer,
-                                  std::vector<std::unique_ptr<Connection>>* dead, int* err) {
+                                  std::vector<std::unique_ptr<Connection>>* dead, int* err,
+                                  xport::RdmConnectData* hello) {
   sockaddr_in sa{};
-  if (av_ == nullptr || !av_->lookup(dest, &sa)) {
+  const Av::RxAddr to = av_ != nullptr ? av_->split(dest) : Av::RxAddr{dest, 0};
+  if (av_ == nullptr || !av_->lookup(to.entry, &sa)) {
     *err = -FI_EINVAL;
     return nullptr;
   }
-  if (dest >= route_.size()) route_.resize(dest + 1, 0);
-  if (route_[dest] == 0) {
-    // First send to this fi_addr_t: the connection of another name of the same address, if any.
-    auto same = std::find_if(peers_.begin(), peers_.end(), [&sa](const Peer& q) {
-      return q.to.sin_addr.s_addr == sa.sin_addr.s_addr && q.to.sin_port == sa.sin_port;
-    });
-    if (same == peers_.end()) same = peers_.insert(peers_.end(), Peer{.to = sa});
-    route_[dest] = static_cast<uint32_t>(same - peers_.begin()) + 1;
+  // The name its connections carry: a context's is its scalable endpoint's, once enabled.
+  sockaddr_in name = rdm_name_;
+  const bool one_way = ctx_.role == EpRole::kTxContext;
+  if (ctx_.sep != nullptr && !ctx_.sep->name(&name)) {
+    *err = -FI_EOPBADSTATE;
+    return nullptr;
   }
-  Peer& q = peers_[route_[dest] - 1];
+  Peer* found = nullptr;
+  if (to.rx == 0) {
+    if (dest >= route_.size()) route_.resize(dest + 1, 0);
+    // First send to this fi_addr_t: the connection of another name of the same address, if any.
+    if (route_[dest] == 0) {
+      route_[dest] = static_cast<uint32_t>(&peer_entry_locked(sa, 0) - peers_.data()) + 1;
+    }
+    found = &peers_[route_[dest] - 1];
+  } else {
+    found = &peer_entry_locked(sa, to.rx);  // fi_rx_addr: the few a scalable peer has
+  }
+  Peer& q = *found;
   if (q.conn != nullptr) {
     if (q.conn->open()) return q.conn.get();
   } else if (q.in != nullptr && q.in->open()) {
@@ -1261,6 +1298,7 @@ Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer
   q.conn = domain_->fabric()->transport()->make_connection(this, conn_params_locked());
   *peer = sa;
   *fresh = true;
+  *hello = xport::rdm_connect_data(name, to.rx, one_way);
   return q.conn.get();
 }
 

@@ -73,8 +73,22 @@ class Cq;
 class Domain;
 class Eq;
 class Outbox;
+class Sep;
 class Srx;
 class Stx;
+
+// What an endpoint is: a plain endpoint (fi_endpoint), or one of a scalable endpoint's transmit
+// or receive contexts (fi_tx_context, fi_rx_context; prov/sep.h). A transmit context sends
+// (and reads, writes, atomics) and receives nothing: its receive calls are -FI_ENOSYS. A
+// receive context receives, and is what peers' messages to fi_rx_addr(addr, index, bits)
+// reach: its send calls are -FI_ENOSYS. Both take the AV bound to their scalable endpoint and
+// speak under its name.
+enum class EpRole : uint8_t { kEndpoint, kTxContext, kRxContext };
+struct EpContext {
+  Sep* sep = nullptr;  // held while the context is open
+  EpRole role = EpRole::kEndpoint;
+  uint32_t index = 0;
+};
 
 // Whether each of the `count` buffers is one the application named: no bytes, or some at an
 // address. A null address with a length would be written to (or read from) only when a message
@@ -194,7 +208,7 @@ struct PlaceRecord {
 class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
  public:
   static Endpoint* from_fid(const fid* f);
-  Endpoint(Domain* domain, const fi_info& info, void* context);
+  Endpoint(Domain* domain, const fi_info& info, void* context, EpContext ctx = {});
   ~Endpoint() override;
   fid_ep* handle() { return &box_.fid; }
   Domain* domain() const { return domain_; }
@@ -324,9 +338,17 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // RDM: the connection to `dest` (made if there is none, or the last one closed), under mu_.
   // *fresh says it is new and must be connected once mu_ is released; a closed one it replaces
   // goes to *dead, to be destroyed then too.
+  // With FI_NAMED_RX_CTX, `dest` may name a receive context of a scalable endpoint (the AV's
+  // rx_ctx_bits): the connection is to that context. *hello is what a fresh connection tells
+  // its peer (xport::rdm_connect_data): this endpoint's name and that context; a transmit
+  // context's carry its scalable endpoint's name and take nothing back, and are
+  // -FI_EOPBADSTATE until that endpoint is enabled.
   Connection* peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer,
-                          std::vector<std::unique_ptr<Connection>>* dead, int* err)
-      FABQ_REQUIRES(mu_);
+                          std::vector<std::unique_ptr<Connection>>* dead, int* err,
+                          xport::RdmConnectData* hello) FABQ_REQUIRES(mu_);
+  // The peers_ entry for address `sa` and receive context `rx`, added if there is none.
+  struct Peer;
+  Peer& peer_entry_locked(const sockaddr_in& sa, uint32_t rx) FABQ_REQUIRES(mu_);
   int enable() FABQ_EXCLUDES(mu_);
   // Records that the connection `in` came through stalled; returns false (place() refuses).
   bool stall_locked(const Incoming& in) FABQ_REQUIRES(mu_);
@@ -465,6 +487,7 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   const bool source_err_;        // FI_SOURCE_ERR too: unknown senders are error completions
   const DirectedRecv directed_;  // RDM: which receives select their sender
   const uint64_t caps_;          // info->caps
+  const EpContext ctx_;          // a scalable endpoint's context, or a plain endpoint
   const std::optional<core::HmacSha256> auth_;
   sockaddr_in rdm_name_ FABQ_GUARDED_BY(mu_){};
   RecvQueue queue_ FABQ_GUARDED_BY(mu_);
@@ -483,6 +506,7 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // while it is open. All destroyed first.
   struct Peer {
     sockaddr_in to{};
+    uint32_t rx = 0;  // the peer's receive context (FI_NAMED_RX_CTX)
     std::unique_ptr<Connection> conn;
     Connection* in = nullptr;  // cleared by can_free() before the listener may free it
   };
@@ -502,9 +526,10 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
 };
 
 // fi_endpoint: 0 with *ep set, or -FI_EINVAL (a null argument, a domain not fabq's, an endpoint
-// type other than MSG and RDM, a handle that names nothing open), -FI_EOPBADSTATE (the domain
-// failed), -FI_ENOMEM, or the transport's error taking over a CONNREQ. The endpoint belongs to
-// the application until fi_close.
+// type other than MSG and RDM, a handle that names nothing open, more than one transmit or
+// receive context, which is fi_scalable_ep's), -FI_EOPBADSTATE (the domain failed), -FI_ENOMEM,
+// or the transport's error taking over a CONNREQ. The endpoint belongs to the application until
+// fi_close.
 int open_endpoint(fid_domain* domain, fi_info* info, fid_ep** ep, void* context);
 
 }  // namespace fabq::prov

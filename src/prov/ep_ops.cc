@@ -679,6 +679,57 @@ struct EpOps {
       .senddata = tsenddata,
       .injectdata = tinjectdata,
   };
+  // A scalable endpoint's contexts (prov/sep.h).
+  static inline fi_ops_msg tx_msg_ops_ = {
+      .size = sizeof(fi_ops_msg),
+      .recv = enosys_ssize<fid_ep*, void*, size_t, void*, fi_addr_t, void*>,
+      .recvv = enosys_ssize<fid_ep*, const iovec*, void**, size_t, fi_addr_t, void*>,
+      .recvmsg = enosys_ssize<fid_ep*, const fi_msg*, uint64_t>,
+      .send = send,
+      .sendv = sendv,
+      .sendmsg = sendmsg,
+      .inject = inject,
+      .senddata = senddata,
+      .injectdata = injectdata,
+  };
+  static inline fi_ops_msg rx_msg_ops_ = {
+      .size = sizeof(fi_ops_msg),
+      .recv = R::recv,
+      .recvv = R::recvv,
+      .recvmsg = R::recvmsg,
+      .send = enosys_ssize<fid_ep*, const void*, size_t, void*, fi_addr_t, void*>,
+      .sendv = enosys_ssize<fid_ep*, const iovec*, void**, size_t, fi_addr_t, void*>,
+      .sendmsg = enosys_ssize<fid_ep*, const fi_msg*, uint64_t>,
+      .inject = enosys_ssize<fid_ep*, const void*, size_t, fi_addr_t>,
+      .senddata = enosys_ssize<fid_ep*, const void*, size_t, void*, uint64_t, fi_addr_t, void*>,
+      .injectdata = enosys_ssize<fid_ep*, const void*, size_t, uint64_t, fi_addr_t>,
+  };
+  static inline fi_ops_tagged tx_tagged_ops_ = {
+      .size = sizeof(fi_ops_tagged),
+      .recv = enosys_ssize<fid_ep*, void*, size_t, void*, fi_addr_t, uint64_t, uint64_t, void*>,
+      .recvv =
+          enosys_ssize<fid_ep*, const iovec*, void**, size_t, fi_addr_t, uint64_t, uint64_t, void*>,
+      .recvmsg = enosys_ssize<fid_ep*, const fi_msg_tagged*, uint64_t>,
+      .send = tsend,
+      .sendv = tsendv,
+      .sendmsg = tsendmsg,
+      .inject = tinject,
+      .senddata = tsenddata,
+      .injectdata = tinjectdata,
+  };
+  static inline fi_ops_tagged rx_tagged_ops_ = {
+      .size = sizeof(fi_ops_tagged),
+      .recv = R::trecv,
+      .recvv = R::trecvv,
+      .recvmsg = R::trecvmsg,
+      .send = enosys_ssize<fid_ep*, const void*, size_t, void*, fi_addr_t, uint64_t, void*>,
+      .sendv = enosys_ssize<fid_ep*, const iovec*, void**, size_t, fi_addr_t, uint64_t, void*>,
+      .sendmsg = enosys_ssize<fid_ep*, const fi_msg_tagged*, uint64_t>,
+      .inject = enosys_ssize<fid_ep*, const void*, size_t, fi_addr_t, uint64_t>,
+      .senddata =
+          enosys_ssize<fid_ep*, const void*, size_t, void*, uint64_t, fi_addr_t, uint64_t, void*>,
+      .injectdata = enosys_ssize<fid_ep*, const void*, size_t, uint64_t, fi_addr_t, uint64_t>,
+  };
 };
 
 struct SrxOps {
@@ -722,16 +773,30 @@ struct SrxOps {
 
 // --- the descriptors: a fid is an endpoint's or an SRX's when it carries these tables
 
+// A scalable endpoint's contexts are endpoints too (prov/sep.h), of their own fid classes.
 Endpoint* Endpoint::from_fid(const fid* f) {
-  return Object::from<Endpoint, fid_ep>(f, FI_CLASS_EP, &EpOps::fi_ops_);
+  if (f == nullptr) return nullptr;
+  const size_t fclass = f->fclass;
+  if (fclass != FI_CLASS_EP && fclass != FI_CLASS_TX_CTX && fclass != FI_CLASS_RX_CTX) {
+    return nullptr;
+  }
+  return Object::from<Endpoint, fid_ep>(f, fclass, &EpOps::fi_ops_);
 }
 
 void Endpoint::init_box(void* context) {
-  init_fid(&box_.fid.fid, FI_CLASS_EP, context, &EpOps::fi_ops_);
+  const size_t fclass = ctx_.role == EpRole::kTxContext   ? FI_CLASS_TX_CTX
+                        : ctx_.role == EpRole::kRxContext ? FI_CLASS_RX_CTX
+                                                          : FI_CLASS_EP;
+  init_fid(&box_.fid.fid, fclass, context, &EpOps::fi_ops_);
   box_.fid.ops = &EpOps::ep_ops_;
   box_.fid.cm = rdm_ ? &EpOps::rdm_cm_ops_ : &EpOps::cm_ops_;
-  box_.fid.msg = &EpOps::msg_ops_;
-  box_.fid.tagged = &EpOps::tagged_ops_;
+  // A transmit context receives nothing, a receive context sends nothing.
+  box_.fid.msg = ctx_.role == EpRole::kTxContext   ? &EpOps::tx_msg_ops_
+                 : ctx_.role == EpRole::kRxContext ? &EpOps::rx_msg_ops_
+                                                   : &EpOps::msg_ops_;
+  box_.fid.tagged = ctx_.role == EpRole::kTxContext   ? &EpOps::tx_tagged_ops_
+                    : ctx_.role == EpRole::kRxContext ? &EpOps::rx_tagged_ops_
+                                                      : &EpOps::tagged_ops_;
   box_.fid.rma = rma_ops();
   box_.fid.atomic = atomic_ops();
   box_.owner = this;
@@ -759,6 +824,12 @@ int open_endpoint(fid_domain* domain_fid, fi_info* info, fid_ep** out, void* con
   if (info->ep_attr != nullptr && info->ep_attr->type != FI_EP_MSG &&
       info->ep_attr->type != FI_EP_RDM && info->ep_attr->type != FI_EP_UNSPEC) {
     return -FI_EINVAL;
+  }
+  // More than one context of a kind is a scalable endpoint's (fi_scalable_ep, prov/sep.h).
+  if (info->ep_attr != nullptr) {
+    for (const size_t n : {info->ep_attr->tx_ctx_cnt, info->ep_attr->rx_ctx_cnt}) {
+      if (n > 1 && n != static_cast<size_t>(FI_SHARED_CONTEXT)) return -FI_EINVAL;
+    }
   }
   if (domain->failed()) return -FI_EOPBADSTATE;
   // The handle is looked up, not read: it may name an object the application closed.

@@ -23,6 +23,7 @@
 #include "prov/domain.h"
 #include "prov/object.h"
 #include "prov/provider.h"
+#include "prov/sep.h"
 #include "xport/transport.h"
 
 namespace fabq::prov {
@@ -41,7 +42,8 @@ constexpr uint64_t kRxCaps =
 // FI_SHARED_AV: named AVs every process of the host that opens the name shares (prov/av.h).
 constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM | FI_SHARED_AV;
 constexpr uint64_t kCaps = kTxCaps | kRxCaps | kDomainCaps;
-constexpr uint64_t kRdmOnlyRxCaps = FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV;
+// FI_NAMED_RX_CTX: scalable endpoints' receive contexts, named by fi_rx_addr (prov/sep.h).
+constexpr uint64_t kRdmOnlyRxCaps = FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV | FI_NAMED_RX_CTX;
 constexpr uint64_t kMsgCaps = kCaps | FI_MULTI_RECV;
 constexpr uint64_t kRdmCaps = kMsgCaps | kRdmOnlyRxCaps;
 constexpr uint64_t kRdmRxCaps = kRxCaps | FI_MULTI_RECV | kRdmOnlyRxCaps;
@@ -243,11 +245,17 @@ bool copy_auth_key(const uint8_t* key, size_t size, uint8_t** out, size_t* out_s
   return true;
 }
 
+// The most transmit or receive contexts the hints ask of one endpoint: 1 for 0 and for
+// FI_SHARED_CONTEXT (fi_stx_context, fi_srx_context). More than 1: a scalable endpoint (RDM).
+size_t asked_contexts(const fi_ep_attr* h) {
+  if (h == nullptr) return 1;
+  auto one = [](size_t n) { return n == static_cast<size_t>(FI_SHARED_CONTEXT) ? 1 : n; };
+  return std::max<size_t>({1, one(h->tx_ctx_cnt), one(h->rx_ctx_cnt)});
+}
+
 bool ep_ok(const fi_ep_attr* h, ApiVersion api) {
   if (h == nullptr) return true;
-  // One context of each, or the shared ones of fi_stx_context and fi_srx_context.
-  const bool one_ctx = (h->tx_ctx_cnt <= 1 || h->tx_ctx_cnt == FI_SHARED_CONTEXT) &&
-                       (h->rx_ctx_cnt <= 1 || h->rx_ctx_cnt == FI_SHARED_CONTEXT);
+  const bool one_ctx = asked_contexts(h) <= Sep::kMaxContexts;
   const int type = raw_enum(h->type);
   return (type == FI_EP_UNSPEC || type == FI_EP_MSG || type == FI_EP_RDM) &&
          (h->protocol == FI_PROTO_UNSPEC || h->protocol == kProtocol) &&
@@ -281,11 +289,11 @@ bool domain_ok(const fi_domain_attr* h, const Iface& iface, ApiVersion api) {
          resource_mgmt_ok(raw_enum(h->resource_mgmt)) && av_type_ok(raw_enum(h->av_type)) &&
          h->mr_key_size <= kMrKeySize && h->cq_data_size <= kCqDataSize &&
          h->cq_cnt <= p.cq_max_count && h->ep_cnt <= kEpCount && h->tx_ctx_cnt <= kEpCount &&
-         h->rx_ctx_cnt <= kEpCount && h->max_ep_tx_ctx <= 1 && h->max_ep_rx_ctx <= 1 &&
-         h->max_ep_stx_ctx <= 1 && h->max_ep_srx_ctx <= 1 && h->cntr_cnt <= p.cntr_max_count &&
-         h->mr_iov_limit <= 1 && subset(h->caps, kDomainCaps) &&
-         auth_key_ok(h->auth_key, h->auth_key_size) && h->max_err_data <= core::kCqMaxErrData &&
-         h->mr_cnt <= Domain::kMrCount;
+         h->rx_ctx_cnt <= kEpCount && h->max_ep_tx_ctx <= Sep::kMaxContexts &&
+         h->max_ep_rx_ctx <= Sep::kMaxContexts && h->max_ep_stx_ctx <= 1 &&
+         h->max_ep_srx_ctx <= 1 && h->cntr_cnt <= p.cntr_max_count && h->mr_iov_limit <= 1 &&
+         subset(h->caps, kDomainCaps) && auth_key_ok(h->auth_key, h->auth_key_size) &&
+         h->max_err_data <= core::kCqMaxErrData && h->mr_cnt <= Domain::kMrCount;
 }
 
 bool fabric_ok(const fi_fabric_attr* h, const Iface& iface) {
@@ -311,8 +319,13 @@ bool pick_mr_mode(uint32_t version, const fi_info* hints, int* out) {
     *out = FI_MR_SCALABLE;
     return true;
   }
-  const int offered =
-      params().mr_scalable == 0 ? FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_ENDPOINT : 0;
+  int offered = params().mr_scalable == 0 ? FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_ENDPOINT : 0;
+  // A scalable endpoint's regions serve all its contexts: no FI_MR_ENDPOINT for hints that ask
+  // for named receive contexts or several contexts (prov/sep.h).
+  if (hints != nullptr &&
+      ((hints->caps & FI_NAMED_RX_CTX) != 0 || asked_contexts(hints->ep_attr) > 1)) {
+    offered &= ~FI_MR_ENDPOINT;
+  }
   *out = asked & offered;
   return true;
 }
@@ -396,8 +409,12 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
   // An application's own tag format is kept: every format fits in fabq's 64 bits.
   ep->mem_tag_format =
       he != nullptr && he->mem_tag_format != 0 ? he->mem_tag_format : kMemTagFormat;
-  ep->tx_ctx_cnt = he != nullptr && he->tx_ctx_cnt == FI_SHARED_CONTEXT ? FI_SHARED_CONTEXT : 1;
-  ep->rx_ctx_cnt = he != nullptr && he->rx_ctx_cnt == FI_SHARED_CONTEXT ? FI_SHARED_CONTEXT : 1;
+  // FI_SHARED_CONTEXT, or as many contexts as asked (a scalable endpoint, RDM), or 1.
+  auto contexts = [he](size_t fi_ep_attr::*m) -> size_t {
+    return he != nullptr && (he->*m == FI_SHARED_CONTEXT || he->*m > 1) ? he->*m : 1;
+  };
+  ep->tx_ctx_cnt = contexts(&fi_ep_attr::tx_ctx_cnt);
+  ep->rx_ctx_cnt = contexts(&fi_ep_attr::rx_ctx_cnt);
   const bool ep_key = he == nullptr || copy_auth_key(he->auth_key, he->auth_key_size, &ep->auth_key,
                                                      &ep->auth_key_size);
 
@@ -420,8 +437,8 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
   d->ep_cnt = kEpCount;
   d->tx_ctx_cnt = kEpCount;
   d->rx_ctx_cnt = kEpCount;
-  d->max_ep_tx_ctx = 1;
-  d->max_ep_rx_ctx = 1;
+  d->max_ep_tx_ctx = type == FI_EP_RDM ? Sep::kMaxContexts : 1;
+  d->max_ep_rx_ctx = type == FI_EP_RDM ? Sep::kMaxContexts : 1;
   d->max_ep_stx_ctx = 1;
   d->max_ep_srx_ctx = 1;
   d->cntr_cnt = p.cntr_max_count;
@@ -516,7 +533,12 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
       hints != nullptr && hints->ep_attr != nullptr ? raw_enum(hints->ep_attr->type) : FI_EP_UNSPEC;
   for (fi_ep_type t : {FI_EP_MSG, FI_EP_RDM}) {
     const bool caps_fit = hints == nullptr || subset(hints->caps, caps_of(t, api));
-    if ((asked_type == FI_EP_UNSPEC || asked_type == t) && caps_fit) types.push_back(t);
+    // Several contexts per endpoint: scalable endpoints, which are RDM.
+    const bool contexts_fit =
+        t == FI_EP_RDM || hints == nullptr || asked_contexts(hints->ep_attr) == 1;
+    if ((asked_type == FI_EP_UNSPEC || asked_type == t) && caps_fit && contexts_fit) {
+      types.push_back(t);
+    }
   }
   fi_info* head = nullptr;
   fi_info** tail = &head;

@@ -133,12 +133,20 @@ TEST_F(Av, OpensMapAndTableWithTheirContextAndClass) {
   }
 }
 
-TEST_F(Av, RxCtxBitsAreInvalidWithoutScalableEndpoints) {
+// rx_ctx_bits name scalable endpoints' receive contexts (scalable_ep_test.cc); the rest of the
+// 64 bits must still name entries.
+TEST_F(Av, RxCtxBitsUpTo31AreTakenAndMoreAreInvalid) {
   fi_av_attr attr = av_attr();
-  attr.rx_ctx_bits = 2;
-  fid_av* av = reinterpret_cast<fid_av*>(0x1);
-  EXPECT_EQ(fi_av_open(domain_, &attr, &av, nullptr), -FI_EINVAL);
-  EXPECT_EQ(av, nullptr) << "a failed open leaves the output pointer NULL";
+  attr.rx_ctx_bits = 31;
+  fid_av* av = nullptr;
+  ASSERT_EQ(fi_av_open(domain_, &attr, &av, nullptr), 0);
+  EXPECT_EQ(fi_close(&av->fid), 0);
+  for (const int bits : {32, 64, -1}) {
+    attr.rx_ctx_bits = bits;
+    av = reinterpret_cast<fid_av*>(0x1);
+    EXPECT_EQ(fi_av_open(domain_, &attr, &av, nullptr), -FI_EINVAL) << bits;
+    EXPECT_EQ(av, nullptr) << "a failed open leaves the output pointer NULL";
+  }
 }
 
 // fi_av(3): "An AV opened for read-only access must be named ... and the AV must exist."

@@ -706,9 +706,18 @@ TEST_F(Lifetime, StxContextStaysWhileAnEndpointIsBoundToIt) {
   EXPECT_EQ(fi_close(&stx->fid), 0);
 }
 
-TEST_F(Lifetime, ScalableEndpointIsNotSupported) {
-  fid_ep* sep = nullptr;
-  EXPECT_EQ(fi_scalable_ep(domain_, info_, &sep, nullptr), -FI_ENOSYS);
+// Scalable endpoints are RDM (scalable_ep_test.cc has the rest).
+TEST_F(Lifetime, ScalableEndpointOfAnotherTypeIsInvalidAndAnRdmOneClosesOnce) {
+  fi_info* info = fi_dupinfo(info_);
+  info->ep_attr->type = FI_EP_MSG;
+  fid_ep* sep = reinterpret_cast<fid_ep*>(0x1);
+  EXPECT_EQ(fi_scalable_ep(domain_, info, &sep, nullptr), -FI_EINVAL);
+  EXPECT_EQ(sep, nullptr);
+  info->ep_attr->type = FI_EP_RDM;
+  ASSERT_EQ(fi_scalable_ep(domain_, info, &sep, nullptr), 0);
+  fi_freeinfo(info);
+  EXPECT_EQ(fi_close(&sep->fid), 0);
+  EXPECT_EQ(fi_close(&sep->fid), -FI_EINVAL) << "a closed descriptor";
 }
 
 TEST_F(Lifetime, OpenOpsOfAnUnknownInterfaceIsNotSupported) {
