@@ -405,6 +405,7 @@ TEST(Getinfo, EveryInfoUsedAsHintsFindsItselfAgain) {
                     FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SHARED_AV,
                 0, 0, 0},
         Variant{"shared contexts", FI_MSG, 0, FI_SHARED_CONTEXT, FI_SHARED_CONTEXT},
+        Variant{"scalable", FI_MSG | FI_TAGGED | FI_NAMED_RX_CTX, 0, 8, 5},
         Variant{"prefix", FI_MSG | FI_TAGGED, FI_MSG_PREFIX, 0, 0}}) {
     SCOPED_TRACE(v.what);
     auto hints = lo_hints();
@@ -430,6 +431,8 @@ TEST(Getinfo, EveryInfoUsedAsHintsFindsItselfAgain) {
       EXPECT_EQ(again->domain_attr->threading, i->domain_attr->threading);
       EXPECT_EQ(again->domain_attr->data_progress, i->domain_attr->data_progress);
       EXPECT_EQ(again->domain_attr->mr_mode, i->domain_attr->mr_mode);
+      EXPECT_EQ(again->domain_attr->max_ep_tx_ctx, i->domain_attr->max_ep_tx_ctx);
+      EXPECT_EQ(again->domain_attr->max_ep_rx_ctx, i->domain_attr->max_ep_rx_ctx);
     }
   }
 }
