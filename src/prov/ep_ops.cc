@@ -22,6 +22,7 @@
 #include "prov/noop.h"
 #include "prov/pep.h"
 #include "prov/rma_ops.h"
+#include "prov/sep.h"
 #include "prov/srx.h"
 #include "prov/stx.h"
 
@@ -423,6 +424,10 @@ struct EpOps {
     if (e == nullptr || addrlen == nullptr) return -FI_EINVAL;
     if (Connection* conn = e->connection(); conn != nullptr) return conn->getname(addr, addrlen);
     sockaddr_in name;
+    // A scalable endpoint's context has its endpoint's name.
+    if (e->ctx_.sep != nullptr && e->ctx_.sep->name(&name)) {
+      return core::copy_sockaddr(name, addr, addrlen);
+    }
     {
       core::MutexLock lock(e->mu_);
       name = e->enabled_ && e->rdm_ ? e->rdm_name_ : e->src_;

@@ -92,7 +92,7 @@ class Sep final : public Object, public xport::Owner {
   void cm_event(const CmEvent&) override {}
   void connection_ended() override {}
   void async_event(uint32_t) override {}
-  core::NetFault take_net_fault() override { return core::NetFault{}; }
+  core::NetFault take_net_fault() override { return core::NetFault::kNone; }
 
  private:
   friend struct SepOps;

@@ -295,6 +295,14 @@ TEST_F(Scalable, ContextsDoOnlyTheirOwnHalfAndTheEndpointNeither) {
       << "the scalable endpoint itself moves no data";
   EXPECT_EQ(fi_recv(a->sep, buf, sizeof(buf), nullptr, FI_ADDR_UNSPEC, buf), -FI_ENOSYS);
   EXPECT_EQ(fi_write(a->sep, buf, sizeof(buf), nullptr, a->addr, 0, 0, buf), -FI_ENOSYS);
+  sockaddr_in sep_name{}, ctx_name{};
+  size_t len = sizeof(sep_name);
+  ASSERT_EQ(fi_getname(&a->sep->fid, &sep_name, &len), 0);
+  for (fid_ep* c : {a->tx[0], a->rx[0]}) {
+    len = sizeof(ctx_name);
+    ASSERT_EQ(fi_getname(&c->fid, &ctx_name, &len), 0);
+    EXPECT_EQ(ctx_name.sin_port, sep_name.sin_port) << "a context has its endpoint's name";
+  }
   EXPECT_EQ(a->tx[0]->fid.fclass, static_cast<size_t>(FI_CLASS_TX_CTX));
   EXPECT_EQ(a->rx[0]->fid.fclass, static_cast<size_t>(FI_CLASS_RX_CTX));
   EXPECT_EQ(a->sep->fid.fclass, static_cast<size_t>(FI_CLASS_SEP));
