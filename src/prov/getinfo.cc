@@ -42,10 +42,12 @@ constexpr uint64_t kRxCaps =
 // FI_SHARED_AV: named AVs every process of the host that opens the name shares (prov/av.h).
 constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM | FI_SHARED_AV;
 constexpr uint64_t kCaps = kTxCaps | kRxCaps | kDomainCaps;
-// FI_NAMED_RX_CTX: scalable endpoints' receive contexts, named by fi_rx_addr (prov/sep.h).
-constexpr uint64_t kRdmOnlyRxCaps = FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV | FI_NAMED_RX_CTX;
+constexpr uint64_t kRdmOnlyRxCaps = FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV;
+// FI_NAMED_RX_CTX: an initiator names a scalable endpoint's receive context with fi_rx_addr
+// (prov/sep.h); a transmit capability, as libfabric's own providers and fabtests count it.
+constexpr uint64_t kRdmOnlyTxCaps = FI_NAMED_RX_CTX;
 constexpr uint64_t kMsgCaps = kCaps | FI_MULTI_RECV;
-constexpr uint64_t kRdmCaps = kMsgCaps | kRdmOnlyRxCaps;
+constexpr uint64_t kRdmCaps = kMsgCaps | kRdmOnlyRxCaps | kRdmOnlyTxCaps;
 constexpr uint64_t kRdmRxCaps = kRxCaps | FI_MULTI_RECV | kRdmOnlyRxCaps;
 // What an info carries when the hints name no capability. FI_DIRECTED_RECV is a primary
 // capability, enabled only when asked for (fi_getinfo(3)): it changes what a receive's
@@ -213,10 +215,10 @@ bool av_type_ok(int a) {
 
 bool tx_ok(const fi_tx_attr* h) {
   if (h == nullptr) return true;
-  return subset(h->caps, kTxCaps | kDomainCaps) && subset(h->op_flags, kTxOpFlags) &&
-         subset(h->msg_order, kMsgOrder) && subset(h->comp_order, kCompOrder) &&
-         h->inject_size <= xport::kInjectSize && h->size <= kQueueDepth &&
-         h->iov_limit <= kIovLimit && h->rma_iov_limit <= 1;
+  return subset(h->caps, kTxCaps | kRdmOnlyTxCaps | kDomainCaps) &&
+         subset(h->op_flags, kTxOpFlags) && subset(h->msg_order, kMsgOrder) &&
+         subset(h->comp_order, kCompOrder) && h->inject_size <= xport::kInjectSize &&
+         h->size <= kQueueDepth && h->iov_limit <= kIovLimit && h->rma_iov_limit <= 1;
 }
 
 bool rx_ok(const fi_rx_attr* h, ApiVersion api) {
@@ -376,7 +378,7 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
   if (dest) info->dest_addr = dup_addr(*dest, &info->dest_addrlen);
 
   fi_tx_attr* tx = info->tx_attr;
-  tx->caps = info->caps & kTxCaps;
+  tx->caps = info->caps & (kTxCaps | (type == FI_EP_RDM ? kRdmOnlyTxCaps : 0));
   tx->mode = info->mode;
   tx->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
   tx->msg_order = kMsgOrder;

@@ -36,6 +36,8 @@ TEST(ScalableGetinfo, SeveralContextsAreOfferedForRdmOnlyWithTheCountsAsked) {
     EXPECT_GE(i->domain_attr->max_ep_tx_ctx, 4U);
     EXPECT_GE(i->domain_attr->max_ep_rx_ctx, 3U);
     EXPECT_NE(i->caps & FI_NAMED_RX_CTX, 0U);
+    EXPECT_NE(i->tx_attr->caps & FI_NAMED_RX_CTX, 0U) << "the initiator names the context";
+    EXPECT_EQ(i->rx_attr->caps & FI_NAMED_RX_CTX, 0U) << "a primary transmit capability";
     EXPECT_EQ(i->domain_attr->mr_mode & FI_MR_ENDPOINT, 0)
         << "a scalable endpoint's regions serve all its contexts";
   }
