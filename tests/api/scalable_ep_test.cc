@@ -333,6 +333,34 @@ TEST_F(Scalable, ContextIndexesAreCheckedAndTheEndpointClosesAfterItsContexts) {
   EXPECT_EQ(fi_close(&sep->fid), 0);
 }
 
+TEST_F(Scalable, ATransmitContextSendsOnlyOnceItsEndpointIsEnabledAndHasAName) {
+  Ep* b = open_ep(named_av_);
+  fi_info* info = fi_dupinfo(info_);
+  fid_ep* sep = nullptr;
+  ASSERT_EQ(fi_scalable_ep(domain_, info, &sep, nullptr), 0);
+  fi_freeinfo(info);
+  ASSERT_EQ(fi_scalable_ep_bind(sep, &named_av_->fid, 0), 0);
+  fid_ep* tx = nullptr;
+  ASSERT_EQ(fi_tx_context(sep, 0, nullptr, &tx, nullptr), 0);
+  fid_cq* cq = open_cq();
+  ASSERT_EQ(fi_ep_bind(tx, &cq->fid, FI_TRANSMIT), 0);
+  ASSERT_EQ(fi_enable(tx), 0) << "with the scalable endpoint's AV";
+  char text[] = "early";
+  EXPECT_EQ(fi_send(tx, text, sizeof(text), nullptr, b->addr, text), -FI_EOPBADSTATE)
+      << "its name is the scalable endpoint's listener's, which fi_enable opens";
+  ASSERT_EQ(fi_enable(sep), 0);
+  char got[8] = {};
+  ASSERT_EQ(fi_recv(b->ep, got, sizeof(got), nullptr, FI_ADDR_UNSPEC, got), 0);
+  ASSERT_EQ(fi_send(tx, text, sizeof(text), nullptr, b->addr, text), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  EXPECT_STREQ(got, "early");
+  ASSERT_EQ(wait_cq(cq, &e), 1);
+  EXPECT_EQ(fi_close(&tx->fid), 0);
+  EXPECT_EQ(fi_close(&cq->fid), 0);
+  EXPECT_EQ(fi_close(&sep->fid), 0);
+}
+
 TEST_F(Scalable, AvRxCtxBitsNameEveryContextOfAnEntryAndLeaveBitsForEntries) {
   fi_av_attr attr{};
   attr.type = FI_AV_TABLE;
