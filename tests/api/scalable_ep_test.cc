@@ -370,13 +370,13 @@ TEST_F(Scalable, AvRxCtxBitsNameEveryContextOfAnEntryAndLeaveBitsForEntries) {
   EXPECT_EQ(av, nullptr);
   // fi_rx_addr(addr, i, 2) for every i: the low bits name the entry, the top two the context.
   ScalableEp* b = open_sep(1, 4);
-  char got[4][8] = {};
+  char got[4][16] = {};
   for (int i = 0; i < 4; ++i) {
     ASSERT_EQ(fi_recv(b->rx[i], got[i], sizeof(got[i]), nullptr, FI_ADDR_UNSPEC, got[i]), 0);
   }
   Ep* plain = open_ep(named_av_);
   for (int i = 3; i >= 0; --i) {
-    char text[8];
+    char text[16];
     std::snprintf(text, sizeof(text), "ctx %d", i);
     ASSERT_EQ(fi_inject(plain->ep, text, sizeof(text), rx_addr(b, i)), 0);
   }
