@@ -1304,23 +1304,28 @@ Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer
 
 void Endpoint::finish_send(TxOp* op, int err, std::vector<uint32_t>* events,
                            xport::RmaStatus status) {
-  if (tx_ring_.reserved(op)) {
-    core::Completion c{.op_context = op->context, .flags = op->cq_flags};
+  const bool reserved = tx_ring_.reserved(op);
+  const bool report = op->report;
+  const core::Completion c{.op_context = op->context, .flags = op->cq_flags};
+  // fi_ep_bind(3) counters: sends; writes and atomics; reads and fetching atomics.
+  Cntr* cntr = op->kind == TxKind::kSend                                    ? tx_cntr_
+               : op->kind == TxKind::kRead || (op->cq_flags & FI_READ) != 0 ? read_cntr_
+                                                                            : write_cntr_;
+  // The slot (and its shared transmit context's) first: a thread that reads the completion
+  // or the counter, which it may do without this endpoint's lock, finds it free.
+  tx_ring_.release(op);
+  if (reserved) {
     std::vector<uint32_t> more;
     if (err != 0) {
       more = tx_cq_->complete_error(
           {.completion = c, .err = err, .prov_errno = static_cast<int>(status)});
-    } else if (op->report) {
+    } else if (report) {
       more = tx_cq_->complete(c);
     } else {
       tx_cq_->queue().cancel_reservation(1);
     }
     events->insert(events->end(), more.begin(), more.end());
   }
-  // fi_ep_bind(3) counters: sends; writes and atomics; reads and fetching atomics.
-  Cntr* cntr = op->kind == TxKind::kSend                                    ? tx_cntr_
-               : op->kind == TxKind::kRead || (op->cq_flags & FI_READ) != 0 ? read_cntr_
-                                                                            : write_cntr_;
   if (cntr != nullptr) {
     if (err != 0) {
       cntr->counter().complete_error();
@@ -1328,7 +1333,6 @@ void Endpoint::finish_send(TxOp* op, int err, std::vector<uint32_t>* events,
       cntr->counter().complete();
     }
   }
-  tx_ring_.release(op);
 }
 
 void Endpoint::tx_written(TxOp* op) {
