@@ -1254,13 +1254,6 @@ Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer
     *err = -FI_EINVAL;
     return nullptr;
   }
-  // The name its connections carry: a context's is its scalable endpoint's, once enabled.
-  sockaddr_in name = rdm_name_;
-  const bool one_way = ctx_.role == EpRole::kTxContext;
-  if (ctx_.sep != nullptr && !ctx_.sep->name(&name)) {
-    *err = -FI_EOPBADSTATE;
-    return nullptr;
-  }
   Peer* found = nullptr;
   if (to.rx == 0) {
     if (dest >= route_.size()) route_.resize(dest + 1, 0);
@@ -1295,10 +1288,17 @@ Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer
     }
   }
   if (q.in != nullptr) return q.in;
+  // The name a new connection carries: a context's is its scalable endpoint's, once enabled
+  // (asked only here, so a send through an open connection takes no other lock).
+  sockaddr_in name = rdm_name_;
+  if (ctx_.sep != nullptr && !ctx_.sep->name(&name)) {
+    *err = -FI_EOPBADSTATE;
+    return nullptr;
+  }
   q.conn = domain_->fabric()->transport()->make_connection(this, conn_params_locked());
   *peer = sa;
   *fresh = true;
-  *hello = xport::rdm_connect_data(name, to.rx, one_way);
+  *hello = xport::rdm_connect_data(name, to.rx, ctx_.role == EpRole::kTxContext);
   return q.conn.get();
 }
 
