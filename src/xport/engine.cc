@@ -10,6 +10,7 @@
 
 #include "core/lazy_global.h"
 #include "xport/conn.h"
+#include "xport/dgram.h"
 #include "xport/listener.h"
 #include "xport/socket_util.h"
 
@@ -347,6 +348,15 @@ std::unique_ptr<Listener> Engine::open_listener(Owner* owner, const ConnParams& 
 std::unique_ptr<PassiveListener> Engine::open_passive(PassiveOwner* owner,
                                                       const core::HmacSha256* auth) {
   return std::make_unique<PassiveAcceptor>(this, owner, auth);
+}
+
+std::unique_ptr<Datagram> Engine::open_datagram(Owner* owner, const sockaddr_in& at, int* err) {
+  auto d = std::make_unique<DgramSocket>(this, owner);
+  if (const int rc = d->open(at); rc != 0) {
+    *err = rc;
+    return nullptr;
+  }
+  return d;
 }
 
 std::unique_ptr<Transport> make_tcp_transport(const TransportConfig& config) {

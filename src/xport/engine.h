@@ -49,6 +49,7 @@ class Engine final : public Transport {
                                           const sockaddr_in& at, int* err) override;
   std::unique_ptr<PassiveListener> open_passive(PassiveOwner* owner,
                                                 const core::HmacSha256* auth) override;
+  std::unique_ptr<Datagram> open_datagram(Owner* owner, const sockaddr_in& at, int* err) override;
 
   const TransportConfig& config() const { return config_; }
   // printf-style, to config().log; at most one line.

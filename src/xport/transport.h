@@ -219,6 +219,8 @@ struct Incoming {
   // kReadResp: the answer to a direct read (TxOp::direct), whose bytes the target already
   // copied into the result buffers: no payload.
   bool direct = false;
+  // A datagram (Datagram) that came to a multicast group the owner joined (FI_MULTICAST).
+  bool multicast = false;
 };
 
 // The initiator's side of a direct request: its buffers stay in its own address space (a peer
@@ -456,6 +458,54 @@ class Connection {
   virtual bool open() const = 0;
 };
 
+// --- Datagrams (FI_EP_DGRAM): unreliable, unordered messages over UDP (xport/dgram_wire.h).
+
+// The most payload one datagram carries (ep_attr->max_msg_size of FI_EP_DGRAM): the largest
+// UDP payload over IPv4, 65507 bytes, less fabq's 24-byte header (xport/dgram_wire.h).
+inline constexpr size_t kMaxDgramPayload = 65483;
+
+// One message for Datagram::send(). The iov array and its buffers are read during the call only.
+struct DgramSend {
+  const iovec* iov = nullptr;
+  size_t iov_count = 0;  // at most kMaxIov
+  size_t len = 0;        // of iov
+  bool has_data = false;
+  uint64_t data = 0;
+};
+
+// Membership of a multicast group (Datagram::join()). Destroying it leaves the group: once the
+// destructor returns, nothing sent to the group reaches the owner through it. The destructor
+// takes the engine lock: not from an upcall.
+class Membership {
+ public:
+  virtual ~Membership() = default;
+};
+
+// A datagram endpoint's UDP socket. Each datagram that arrives whole and well-formed goes to its
+// Owner's deliver() (Incoming: kMsg, `from` the sender's address, `multicast` when it came to a
+// joined group, `via` null), called by the thread that moves the bytes, holding the engine
+// lock. One the owner refuses (deliver() false: no receive and no room to buffer it) is dropped,
+// as a full socket buffer drops one; so is one that is not fabq's or is damaged. Any thread may
+// call send() and join(). Destroying it takes the engine lock and ends its upcalls; its
+// memberships must be destroyed first.
+class Datagram {
+ public:
+  virtual ~Datagram() = default;
+  // The address it is bound to.
+  virtual sockaddr_in name() const = 0;
+  // Sends one datagram to `to` (an endpoint's address, or a multicast group) now, whole or not
+  // at all. 0: handed to the kernel; with `fault` kDrop, dropped on purpose instead; with
+  // kCorrupt, sent with a damaged header, which its receiver drops. -FI_EMSGSIZE (more than
+  // dgram::kMaxPayload bytes), -FI_EAGAIN (the socket's buffer is full), -FI_EHOSTUNREACH,
+  // -FI_ENETUNREACH, -FI_EIO.
+  virtual int send(const sockaddr_in& to, const DgramSend& s, core::NetFault fault) = 0;
+  // Joins the multicast group `group` (its address and port) on the interface of this socket's
+  // address (the kernel's choice when that is INADDR_ANY): from now on the owner receives what
+  // is sent there. Null with *err: -FI_EINVAL (not a multicast address, or port 0),
+  // -FI_EADDRINUSE, -FI_EADDRNOTAVAIL (no interface to join it on), -FI_EIO.
+  virtual std::unique_ptr<Membership> join(const sockaddr_in& group, int* err) = 0;
+};
+
 // An RDM endpoint's listening socket. Every connection it accepts is another endpoint's
 // connection to its owner: accepted at once (no CM events), it carries the peer's messages in
 // (and, once inbound_ready() named it, the owner's messages back) and lives until the listener
@@ -506,6 +556,10 @@ class Transport {
   // A passive endpoint's listener; it listens from listen() on. `auth` as for ConnParams.
   virtual std::unique_ptr<PassiveListener> open_passive(PassiveOwner* owner,
                                                         const core::HmacSha256* auth) = 0;
+  // A datagram endpoint's socket, bound at `at` (port 0: one the kernel picks). Null with *err
+  // set (-FI_EADDRINUSE, -FI_EINVAL, -FI_EIO) on failure.
+  virtual std::unique_ptr<Datagram> open_datagram(Owner* owner, const sockaddr_in& at,
+                                                  int* err) = 0;
 };
 
 // --- The TCP transport (src/xport/tcp_*.cc), the one this library provides.

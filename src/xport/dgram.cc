@@ -1,0 +1,193 @@
+#include "xport/dgram.h"
+
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "xport/dgram_wire.h"
+
+namespace fabq::xport {
+namespace {
+
+int bind_error(int e) {
+  switch (e) {
+    case EADDRINUSE:
+      return -FI_EADDRINUSE;
+    case EADDRNOTAVAIL:
+      return -FI_EADDRNOTAVAIL;
+    default:
+      return -FI_EINVAL;
+  }
+}
+
+core::UniqueFd udp_socket(int* err) {
+  core::UniqueFd fd(socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) *err = errno == EMFILE || errno == ENFILE ? -FI_EMFILE : -FI_EIO;
+  return fd;
+}
+
+}  // namespace
+
+DgramSocket::DgramSocket(Engine* engine, Owner* owner)
+    : engine_(engine), owner_(owner), buf_(new unsigned char[dgram::kMaxDatagram + 1]) {}
+
+DgramSocket::~DgramSocket() {
+  core::MutexLock elock(engine_->mu());
+  if (fd_.valid()) engine_->remove(fd_.get(), this);
+}
+
+int DgramSocket::open(const sockaddr_in& at) {
+  int err = 0;
+  core::UniqueFd fd = udp_socket(&err);
+  if (!fd.valid()) return err;
+  sockaddr_in a = at;
+  a.sin_family = AF_INET;
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0) {
+    return bind_error(errno);
+  }
+  socklen_t len = sizeof(name_);
+  getsockname(fd.get(), reinterpret_cast<sockaddr*>(&name_), &len);
+  // Multicast goes out of the endpoint's own interface, and comes back to members on this host
+  // (a group's members may share it). One hop: a group lives on the endpoint's network.
+  if (name_.sin_addr.s_addr != htonl(INADDR_ANY)) {
+    setsockopt(fd.get(), IPPROTO_IP, IP_MULTICAST_IF, &name_.sin_addr, sizeof(name_.sin_addr));
+  }
+  const int one = 1;
+  setsockopt(fd.get(), IPPROTO_IP, IP_MULTICAST_LOOP, &one, sizeof(one));
+  core::MutexLock elock(engine_->mu());
+  if (!engine_->add(fd.get(), this, EPOLLIN)) return -FI_EIO;
+  fd_ = std::move(fd);
+  return 0;
+}
+
+int DgramSocket::send(const sockaddr_in& to, const DgramSend& s, core::NetFault fault) {
+  if (s.len > dgram::kMaxPayload || s.iov_count > kMaxIov) return -FI_EMSGSIZE;
+  if (fault == core::NetFault::kDrop) return 0;  // injected loss: it never leaves
+  unsigned char header[dgram::kHeaderSize];
+  dgram::encode({.flags = s.has_data ? dgram::kDgramData : uint8_t{0},
+                 .length = static_cast<uint32_t>(s.len),
+                 .data = s.has_data ? s.data : 0},
+                header);
+  // Injected damage: one bit of the CQ data, which only the header's check catches.
+  if (fault == core::NetFault::kCorrupt) header[16] ^= 0x01;
+  iovec iov[kMaxIov + 1];
+  iov[0] = {header, sizeof(header)};
+  size_t n = 1;
+  for (size_t i = 0; i < s.iov_count; ++i) {
+    if (s.iov[i].iov_len > 0) iov[n++] = s.iov[i];
+  }
+  msghdr m{};
+  sockaddr_in dest = to;
+  m.msg_name = &dest;
+  m.msg_namelen = sizeof(dest);
+  m.msg_iov = iov;
+  m.msg_iovlen = n;
+  while (true) {
+    if (sendmsg(fd_.get(), &m, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) return 0;
+    switch (errno) {
+      case EINTR:
+        continue;
+      case EAGAIN:
+      case ENOBUFS:
+        return -FI_EAGAIN;
+      case EMSGSIZE:
+        return -FI_EMSGSIZE;
+      case EHOSTUNREACH:
+        return -FI_EHOSTUNREACH;
+      case ENETUNREACH:
+        return -FI_ENETUNREACH;
+      case EINVAL:
+      case EAFNOSUPPORT:
+      case EACCES:
+        return -FI_EINVAL;
+      default:
+        return -FI_EIO;
+    }
+  }
+}
+
+void DgramSocket::on_ready(uint32_t /*events*/) {
+  read_one(fd_.get(), /*multicast=*/false);
+}
+
+void DgramSocket::read_one(int fd, bool multicast) {
+  sockaddr_in from{};
+  socklen_t flen = sizeof(from);
+  const ssize_t n = recvfrom(fd, buf_.get(), dgram::kMaxDatagram + 1, MSG_DONTWAIT,
+                             reinterpret_cast<sockaddr*>(&from), &flen);
+  if (n < 0) return;  // nothing after all (EAGAIN), or an ICMP error report: nothing to deliver
+  dgram::Header h;
+  if (flen != sizeof(from) || from.sin_family != AF_INET ||
+      dgram::decode(buf_.get(), static_cast<size_t>(n), &h) != dgram::Refusal::kNone) {
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  Incoming in;
+  in.kind = InKind::kMsg;
+  in.has_data = (h.flags & dgram::kDgramData) != 0;
+  in.data = h.data;
+  in.len = h.length;
+  in.from = from;
+  in.multicast = multicast;
+  if (!owner_->deliver(in, buf_.get() + dgram::kHeaderSize)) {
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+std::unique_ptr<Membership> DgramSocket::join(const sockaddr_in& group, int* err) {
+  if (!IN_MULTICAST(ntohl(group.sin_addr.s_addr)) || group.sin_port == 0) {
+    *err = -FI_EINVAL;
+    return nullptr;
+  }
+  auto m = std::make_unique<McSocket>(engine_, this);
+  if (const int rc = m->open(group, name_.sin_addr); rc != 0) {
+    *err = rc;
+    return nullptr;
+  }
+  return m;
+}
+
+McSocket::McSocket(Engine* engine, DgramSocket* parent) : engine_(engine), parent_(parent) {}
+
+McSocket::~McSocket() {
+  core::MutexLock elock(engine_->mu());
+  if (fd_.valid()) engine_->remove(fd_.get(), this);
+}
+
+int McSocket::open(const sockaddr_in& group, in_addr iface) {
+  int err = 0;
+  core::UniqueFd fd = udp_socket(&err);
+  if (!fd.valid()) return err;
+  // Several members of one group on this host each bind its address and port.
+  const int one = 1;
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  // Only this group's datagrams, not those of every group some socket of the host joined.
+  const int zero = 0;
+  setsockopt(fd.get(), IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof(zero));
+  sockaddr_in a = group;
+  a.sin_family = AF_INET;
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0) {
+    return bind_error(errno);
+  }
+  ip_mreqn req{};
+  req.imr_multiaddr = group.sin_addr;
+  req.imr_address = iface;
+  if (setsockopt(fd.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &req, sizeof(req)) != 0) {
+    return errno == ENODEV || errno == EADDRNOTAVAIL ? -FI_EADDRNOTAVAIL
+           : errno == ENOBUFS                        ? -FI_ENOSPC
+                                                     : -FI_EIO;
+  }
+  core::MutexLock elock(engine_->mu());
+  if (!engine_->add(fd.get(), this, EPOLLIN)) return -FI_EIO;
+  fd_ = std::move(fd);
+  return 0;
+}
+
+void McSocket::on_ready(uint32_t /*events*/) {
+  parent_->read_one(fd_.get(), /*multicast=*/true);
+}
+
+}  // namespace fabq::xport

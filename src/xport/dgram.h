@@ -1,0 +1,73 @@
+// fabq transport: datagram endpoints' UDP sockets (xport/transport.h Datagram, Membership).
+//
+//   DgramSocket  an endpoint's socket: bound to its address, in the engine's epoll set; sends
+//                go out of it, unicast and multicast.
+//   McSocket     one multicast membership: a socket bound to the group's address and port that
+//                joined the group (IP_ADD_MEMBERSHIP) on the endpoint's interface. Reading it
+//                gives only the group's datagrams; closing it leaves the group.
+//
+// Both read one datagram per readiness report, under the engine lock, into the DgramSocket's
+// buffer (the engine runs one round at a time, so one buffer serves an endpoint and its
+// memberships), check it (xport/dgram_wire.h) and hand it to the owner. epoll is
+// level-triggered: what is left in the socket is reported again at the next round.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <atomic>
+#include <memory>
+
+#include "core/unique_fd.h"
+#include "xport/engine.h"
+#include "xport/transport.h"
+
+namespace fabq::xport {
+
+class DgramSocket final : public Pollable, public Datagram {
+ public:
+  DgramSocket(Engine* engine, Owner* owner);
+  // Takes the engine lock.
+  ~DgramSocket() override;
+  // Binds at `at` and joins the engine. 0, -FI_EADDRINUSE, -FI_EINVAL, -FI_EMFILE, -FI_EIO.
+  int open(const sockaddr_in& at);
+
+  sockaddr_in name() const override { return name_; }
+  int send(const sockaddr_in& to, const DgramSend& s, core::NetFault fault) override;
+  std::unique_ptr<Membership> join(const sockaddr_in& group, int* err) override;
+
+  // Under the engine lock.
+  void on_ready(uint32_t events) override;
+  // Reads one datagram of `fd` and hands it to the owner, if it is well-formed. Under the
+  // engine lock.
+  void read_one(int fd, bool multicast);
+
+  // Datagrams dropped on arrival since open: not fabq's or damaged, or refused by the owner.
+  // For tests and statistics; relaxed.
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+
+ private:
+  Engine* const engine_;
+  Owner* const owner_;
+  core::UniqueFd fd_;
+  sockaddr_in name_{};
+  // One datagram, and one byte more: a longer one is cut, and told apart (MSG_TRUNC).
+  std::unique_ptr<unsigned char[]> buf_;
+  std::atomic<uint64_t> dropped_{0};
+};
+
+class McSocket final : public Pollable, public Membership {
+ public:
+  McSocket(Engine* engine, DgramSocket* parent);
+  // Takes the engine lock; closing the socket leaves the group.
+  ~McSocket() override;
+  // 0 or the error Datagram::join() reports.
+  int open(const sockaddr_in& group, in_addr iface);
+  void on_ready(uint32_t events) override;
+
+ private:
+  Engine* const engine_;
+  DgramSocket* const parent_;
+  core::UniqueFd fd_;
+};
+
+}  // namespace fabq::xport
