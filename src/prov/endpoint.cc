@@ -17,6 +17,7 @@
 #include "prov/domain.h"
 #include "prov/eq.h"
 #include "prov/fabric.h"
+#include "prov/mc.h"
 #include "prov/provider.h"
 #include "prov/sep.h"
 #include "prov/srx.h"
@@ -30,6 +31,17 @@ constexpr uint64_t kCompletionLevels =
 
 uint64_t recv_flags(bool tagged) {
   return FI_RECV | (tagged ? FI_TAGGED : FI_MSG);
+}
+
+bool is_dgram(const fi_info& info) {
+  return info.ep_attr != nullptr && info.ep_attr->type == FI_EP_DGRAM;
+}
+
+// ep_attr->max_msg_size, at most a datagram's payload on DGRAM; 1 GiB when not given.
+size_t max_msg_of(const fi_info& info) {
+  const size_t asked =
+      info.ep_attr && info.ep_attr->max_msg_size ? info.ep_attr->max_msg_size : (size_t{1} << 30);
+  return is_dgram(info) ? std::min(asked, xport::kMaxDgramPayload) : asked;
 }
 
 size_t scatter(const iovec* iov, size_t count, const unsigned char* src, size_t len) {
@@ -124,8 +136,7 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context, EpContext
       iov_limit_(info.rx_attr && info.rx_attr->iov_limit
                      ? std::min(info.rx_attr->iov_limit, kMaxIov)
                      : kMaxIov),
-      max_msg_size_(info.ep_attr && info.ep_attr->max_msg_size ? info.ep_attr->max_msg_size
-                                                               : (size_t{1} << 30)),
+      max_msg_size_(max_msg_of(info)),
       prefix_((info.mode & FI_MSG_PREFIX) != 0 && info.ep_attr != nullptr
                   ? info.ep_attr->msg_prefix_size
                   : 0),
@@ -133,7 +144,8 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context, EpContext
       tx_op_flags_(info.tx_attr ? info.tx_attr->op_flags : 0),
       rx_op_flags_(info.rx_attr ? info.rx_attr->op_flags : 0),
       rdm_(info.ep_attr != nullptr && info.ep_attr->type == FI_EP_RDM),
-      source_(rdm_ && (info.caps & FI_SOURCE) != 0),
+      dgram_(is_dgram(info)),
+      source_((rdm_ || dgram_) && (info.caps & FI_SOURCE) != 0),
       source_err_(source_ && (info.caps & FI_SOURCE_ERR) != 0),
       directed_(rdm_ ? DirectedRecv::of(info.caps, domain->fabric()->api()) : DirectedRecv{}),
       caps_(info.caps),
@@ -179,6 +191,7 @@ Endpoint::~Endpoint() {
   //    context's came through its scalable endpoint's listener, which routes no more to it.
   if (ctx_.sep != nullptr) ctx_.sep->detach(this);
   listener_.reset();
+  dgram_sock_.reset();
   peers_.clear();
   retired_.clear();
   conn_.reset();
@@ -265,14 +278,28 @@ int Endpoint::enable() {
   {
     core::MutexLock lock(mu_);
     if (enabled_) return 0;
-    if (rdm_ ? av_ == nullptr : eq_ == nullptr) return rdm_ ? -FI_ENOAV : -FI_ENOEQ;
+    const bool named = rdm_ || dgram_;  // unconnected: peers are fi_addr_t of an AV
+    if (named ? av_ == nullptr : eq_ == nullptr) return named ? -FI_ENOAV : -FI_ENOEQ;
     if (rx_cq() == nullptr && rx_cntr_ == nullptr && srx_ == nullptr) return -FI_ENOCQ;
-    if (!rdm_) {
+    if (!named) {
       enabled_ = true;
       return 0;
     }
     at = src_;
     params = conn_params_locked();
+  }
+  if (dgram_) {
+    // Made, and on failure destroyed, without mu_ (the engine lock comes first).
+    int err = 0;
+    std::unique_ptr<xport::Datagram> sock =
+        domain_->fabric()->transport()->open_datagram(this, at, &err);
+    if (sock == nullptr) return err != 0 ? err : -FI_EIO;
+    core::MutexLock lock(mu_);
+    if (enabled_) return 0;  // another thread's fi_enable won
+    rdm_name_ = sock->name();
+    dgram_sock_ = std::move(sock);
+    enabled_ = true;
+    return 0;
   }
   // The listener is made (and, on failure, destroyed, which takes the engine lock) without
   // the endpoint's lock: the engine's lock comes first.
@@ -347,7 +374,7 @@ void Endpoint::complete_recv(const PostedRecv& r, const Incoming& in, size_t pla
   Cq* cq = rx_cq();
   core::Completion c{.op_context = r.context,
                      .flags = recv_flags(in.tagged) | (in.has_data ? FI_REMOTE_CQ_DATA : 0) |
-                              (release ? FI_MULTI_RECV : 0),
+                              (release ? FI_MULTI_RECV : 0) | (in.multicast ? FI_MULTICAST : 0),
                      .len = r.prefix + placed,
                      .buf = r.iov_count ? r.iov[0].iov_base : nullptr,
                      .data = in.has_data ? in.data : 0,
@@ -991,6 +1018,7 @@ ssize_t Endpoint::post_prefixed(const SendRequest& req) {
 ssize_t Endpoint::post_payload(const SendRequest& req) {
   if (req.iov_count > kMaxIov || !valid_buffers(req.iov, req.iov_count)) return -FI_EINVAL;
   const size_t len = total_len(req.iov, req.iov_count);
+  if (dgram_) return send_dgram(req, len);
   const OpLimits::Kind kind = OpLimits::of(req);
   const size_t max = limits_.max(kind);
   const bool copy = req.inject_call || (req.flags & FI_INJECT) != 0;
@@ -1235,6 +1263,152 @@ ssize_t Endpoint::send_inline(const SendRequest& req, size_t len) {
   // fi_cntr(3): an inject's success is counted like any send's.
   if (cntr != nullptr) cntr->counter().complete();
   return 0;
+}
+
+ssize_t Endpoint::send_dgram(const SendRequest& req, size_t len) {
+  // Datagrams carry messages: fi_getinfo offers no tags and no one-sided operations on them.
+  if (req.kind != TxKind::kSend || req.tagged) return -FI_EOPNOTSUPP;
+  const bool copy = req.inject_call || (req.flags & FI_INJECT) != 0;
+  if (len > limits_.max(OpLimits::Kind::kMsg)) return -FI_EMSGSIZE;
+  if (copy && len > limits_.inject(OpLimits::Kind::kMsg)) return -FI_EMSGSIZE;
+  // Nothing acknowledges a datagram: a send completes once the kernel has it, and no completion
+  // can say it was delivered.
+  const uint64_t level_flags = (req.flags & kCompletionLevels) ? req.flags : tx_op_flags_;
+  if (level_of(level_flags) == TxLevel::kDelivery) return -FI_EINVAL;
+  xport::Datagram* sock = nullptr;
+  sockaddr_in to{};
+  Cq* cq = nullptr;  // holds a slot for this send's completion (not an inject's)
+  Cntr* cntr = nullptr;
+  bool report = false;
+  {
+    core::MutexLock lock(mu_);
+    if (!enabled_ || failed_) return -FI_EOPBADSTATE;
+    if (Mc::is_mc_addr(req.dest)) {
+      auto it = std::find_if(mcs_.begin(), mcs_.end(),
+                             [&](const Mc* m) { return m->addr() == req.dest; });
+      if (it == mcs_.end() || !(*it)->sends()) return -FI_EINVAL;
+      to = (*it)->group();
+    } else if (av_ == nullptr || !av_->lookup(req.dest, &to)) {
+      return -FI_EINVAL;
+    }
+    sock = dgram_sock_.get();
+    cntr = tx_cntr_;
+    if (!req.inject_call && tx_cq_ != nullptr) {
+      if (core::Status st = tx_cq_->queue().reserve(1); !st.ok()) return st.to_fi();
+      cq = tx_cq_;
+      report = !tx_selective_ || (req.flags & FI_COMPLETION) != 0;
+    }
+  }
+  const uint64_t cq_flags = FI_SEND | FI_MSG;
+  const FaultAction action = count_operation();
+  raise(domain_, this, action.events);
+  if (action.err != 0) {
+    // An injected error: the send fails as if the network had refused it.
+    if (cq != nullptr) {
+      raise(domain_, cq,
+            cq->complete_error({.completion = {.op_context = req.context, .flags = cq_flags},
+                                .err = action.err,
+                                .prov_errno = action.prov_errno}));
+    }
+    if (cntr != nullptr) cntr->counter().complete_error();
+    return 0;
+  }
+  core::NetFault fault = core::NetFault::kNone;
+  if (faults_armed()) {
+    if (AsyncTarget::take_net_fault(core::NetFault::kDrop)) {
+      fault = core::NetFault::kDrop;
+    } else if (AsyncTarget::take_net_fault(core::NetFault::kCorrupt)) {
+      fault = core::NetFault::kCorrupt;
+    }
+  }
+  const int rc = sock->send(to,
+                            {.iov = req.iov,
+                             .iov_count = req.iov_count,
+                             .len = len,
+                             .has_data = req.has_data,
+                             .data = req.data},
+                            fault);
+  if (rc != 0) {
+    if (cq != nullptr) cq->queue().cancel_reservation(1);
+    return rc;
+  }
+  if (cq != nullptr) {
+    if (report) {
+      raise(domain_, cq, cq->complete({.op_context = req.context, .flags = cq_flags}));
+    } else {
+      cq->queue().cancel_reservation(1);
+    }
+  }
+  if (cntr != nullptr) cntr->counter().complete();
+  return 0;
+}
+
+int Endpoint::join(const void* addr, uint64_t flags, fid_mc** out, void* context) {
+  if (out != nullptr) *out = nullptr;
+  if (addr == nullptr || out == nullptr) return -FI_EINVAL;
+  if (!dgram_ || (caps_ & FI_MULTICAST) == 0) return -FI_EOPNOTSUPP;
+  if (flags != 0 && flags != FI_SEND && flags != FI_RECV) return -FI_EBADFLAGS;
+  // fi_getinfo(3): an endpoint that names neither direction has both.
+  const bool both = (caps_ & (FI_SEND | FI_RECV)) == 0;
+  const bool sends = flags != FI_RECV && (both || (caps_ & FI_SEND) != 0);
+  const bool receives = flags != FI_SEND && (both || (caps_ & FI_RECV) != 0);
+  // fi_cm(3): joining for a direction the endpoint lacks is an error.
+  if ((flags == FI_SEND && !sends) || (flags == FI_RECV && !receives)) return -FI_EINVAL;
+  sockaddr_in group;
+  std::memcpy(&group, addr, sizeof(group));
+  if (group.sin_family != AF_INET || !IN_MULTICAST(ntohl(group.sin_addr.s_addr)) ||
+      group.sin_port == 0) {
+    return -FI_EINVAL;
+  }
+  xport::Datagram* sock = nullptr;
+  Eq* eq = nullptr;
+  uint64_t id = 0;
+  {
+    core::MutexLock lock(mu_);
+    if (!enabled_ || failed_) return -FI_EOPBADSTATE;
+    if (eq_ == nullptr) return -FI_ENOEQ;
+    sock = dgram_sock_.get();
+    eq = eq_;
+    id = next_mc_id_++;
+  }
+  Mc* mc = make_object<Mc>(this, group, id, sends, context);
+  if (mc == nullptr) return -FI_ENOMEM;
+  int err = 0;
+  if (AsyncTarget::take_net_fault(core::NetFault::kReject)) {
+    err = FI_ECONNREFUSED;  // injected: refused as a network that forbids the group would
+  } else if (AsyncTarget::take_net_fault(core::NetFault::kTimeout)) {
+    err = FI_ETIMEDOUT;  // injected: as a join that never gets its answer
+  } else if (receives) {
+    std::unique_ptr<xport::Membership> m = sock->join(group, &err);
+    if (m != nullptr) {
+      mc->set_membership(std::move(m));
+    } else {
+      err = -err;
+    }
+  }
+  if (err == 0) {
+    core::MutexLock lock(mu_);
+    mcs_.push_back(mc);
+  }
+  // The outcome goes on the EQ before fi_join returns; the application reads it afterwards.
+  fid_t fid = &mc->handle()->fid;
+  if (err == 0) {
+    const fi_eq_entry entry{.fid = fid, .context = context, .data = 0};
+    (void)eq->queue().write(FI_JOIN_COMPLETE, &entry, sizeof(entry));
+  } else {
+    core::EqError e{};
+    e.fid = fid;
+    e.context = context;
+    e.err = err;
+    (void)eq->queue().write_error(e);
+  }
+  *out = mc->handle();
+  return 0;
+}
+
+void Endpoint::leave(const Mc* mc) {
+  core::MutexLock lock(mu_);
+  std::erase(mcs_, mc);
 }
 
 Endpoint::Peer& Endpoint::peer_entry_locked(const sockaddr_in& sa, uint32_t rx) {

@@ -43,6 +43,7 @@
 // its SRX's (Srx::mu_); under them only leaves (a CQ's, the fabric's outbox).
 #pragma once
 
+#include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 
@@ -72,6 +73,7 @@ class Cntr;
 class Cq;
 class Domain;
 class Eq;
+class Mc;
 class Outbox;
 class Sep;
 class Srx;
@@ -234,6 +236,15 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   size_t max_msg_size() const { return max_msg_size_; }
   OpLimits& limits() { return limits_; }
   bool rdm() const { return rdm_; }
+  bool dgram() const { return dgram_; }
+  // fi_join (DGRAM with FI_MULTICAST, prov/mc.h): 0 with *mc set and the outcome on the EQ
+  // later (FI_JOIN_COMPLETE or an error entry), or -FI_EINVAL (a null argument, an address that
+  // is not an IPv4 multicast group with a port), -FI_EBADFLAGS (flags other than 0, FI_SEND,
+  // FI_RECV, or a direction the endpoint lacks), -FI_EOPNOTSUPP (no FI_MULTICAST), -FI_ENOEQ,
+  // -FI_EOPBADSTATE (not enabled, or failed), -FI_ENOMEM.
+  int join(const void* addr, uint64_t flags, fid_mc** mc, void* context) FABQ_EXCLUDES(mu_);
+  // A membership is closing: sends to its fi_addr_t are refused from now on.
+  void leave(const Mc* mc) FABQ_EXCLUDES(mu_);
   // The secret its connections prove (prov/auth.h); null when none. Fixed at open.
   const core::HmacSha256* auth_key() const { return auth_ ? &*auth_ : nullptr; }
 
@@ -335,6 +346,9 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   ssize_t post_payload(const SendRequest& req);
   ssize_t post_prefixed(const SendRequest& req);
   ssize_t send_inline(const SendRequest& req, size_t len) FABQ_EXCLUDES(mu_);
+  // DGRAM: the whole of a send (len: its payload), handed to the kernel at once and completed
+  // (or refused) before it returns.
+  ssize_t send_dgram(const SendRequest& req, size_t len) FABQ_EXCLUDES(mu_);
   // RDM: the connection to `dest` (made if there is none, or the last one closed), under mu_.
   // *fresh says it is new and must be connected once mu_ is released; a closed one it replaces
   // goes to *dead, to be destroyed then too.
@@ -483,7 +497,8 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   Cntr* rx_cntr_ = nullptr;
   Av* av_ = nullptr;  // RDM
   const bool rdm_;
-  const bool source_;            // FI_SOURCE asked for
+  const bool dgram_;             // FI_EP_DGRAM: an AV, a UDP socket, no connections
+  const bool source_;            // FI_SOURCE asked for (RDM, DGRAM)
   const bool source_err_;        // FI_SOURCE_ERR too: unknown senders are error completions
   const DirectedRecv directed_;  // RDM: which receives select their sender
   const uint64_t caps_;          // info->caps
@@ -513,6 +528,12 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   std::unique_ptr<Connection> conn_ FABQ_GUARDED_BY(mu_);
   std::unique_ptr<Listener> listener_ FABQ_GUARDED_BY(mu_);
   std::vector<Peer> peers_ FABQ_GUARDED_BY(mu_);
+  // DGRAM: the socket, opened by fi_enable and fixed from then on (a send takes the pointer
+  // under mu_ and sends without it), destroyed with the endpoint; and the memberships whose
+  // join succeeded, whose fi_addr_t (Mc::kAddrTag | id) sends go to.
+  std::unique_ptr<xport::Datagram> dgram_sock_ FABQ_GUARDED_BY(mu_);
+  std::vector<Mc*> mcs_ FABQ_GUARDED_BY(mu_);
+  uint64_t next_mc_id_ FABQ_GUARDED_BY(mu_) = 0;
   // fi_addr_t -> 1 + its index in peers_ (0: not sent to yet). An AV never hands out an index
   // twice, so an index always names one address.
   std::vector<uint32_t> route_ FABQ_GUARDED_BY(mu_);

@@ -260,7 +260,9 @@ struct EpOps {
       }
       case FI_CLASS_AV: {
         Av* av = Av::from_fid(bfid);
-        if (av == nullptr || av->domain() != e->domain_ || !e->rdm_) return -FI_EINVAL;
+        if (av == nullptr || av->domain() != e->domain_ || !(e->rdm_ || e->dgram_)) {
+          return -FI_EINVAL;
+        }
         if (flags != 0) return -FI_EBADFLAGS;
         if (e->av_ != nullptr) return -FI_EBUSY;
         av->hold();
@@ -269,7 +271,8 @@ struct EpOps {
       }
       case FI_CLASS_STX_CTX: {
         Stx* stx = Stx::from_fid(bfid);
-        if (stx == nullptr || stx->domain() != e->domain_) return -FI_EINVAL;
+        // A datagram endpoint's sends take no transmit slot; its receives are its own.
+        if (stx == nullptr || stx->domain() != e->domain_ || e->dgram_) return -FI_EINVAL;
         if (flags != 0) return -FI_EBADFLAGS;
         if (e->stx_ != nullptr) return -FI_EBUSY;
         stx->hold();
@@ -279,7 +282,7 @@ struct EpOps {
       }
       case FI_CLASS_SRX_CTX: {
         Srx* srx = Srx::from_fid(bfid);
-        if (srx == nullptr || srx->domain() != e->domain_) return -FI_EINVAL;
+        if (srx == nullptr || srx->domain() != e->domain_ || e->dgram_) return -FI_EINVAL;
         if (flags != 0) return -FI_EBADFLAGS;
         if (e->srx_ != nullptr || e->queue_.posted() != 0) return -FI_EBUSY;
         srx->hold();
@@ -430,12 +433,12 @@ struct EpOps {
     }
     {
       core::MutexLock lock(e->mu_);
-      name = e->enabled_ && e->rdm_ ? e->rdm_name_ : e->src_;
+      name = e->enabled_ && (e->rdm_ || e->dgram_) ? e->rdm_name_ : e->src_;
     }
     return core::copy_sockaddr(name, addr, addrlen);
   }
 
-  // RDM: the address the listener takes at fi_enable.
+  // RDM: the address the listener takes at fi_enable; DGRAM: its socket's.
   static int setname(fid* f, void* addr, size_t addrlen) {
     Endpoint* e = Endpoint::from_fid(f);
     if (e == nullptr || addr == nullptr || addrlen < sizeof(sockaddr_in)) return -FI_EINVAL;
@@ -660,6 +663,24 @@ struct EpOps {
       .shutdown = enosys<fid_ep*, uint64_t>,
       .join = enosys<fid_ep*, const void*, uint64_t, fid_mc**, void*>,
   };
+  // A datagram endpoint has a name, and joins multicast groups (prov/mc.h).
+  static int join(fid_ep* f, const void* addr, uint64_t flags, fid_mc** mc, void* context) {
+    Endpoint* e = R::of(f);
+    if (e == nullptr) return -FI_EINVAL;
+    return e->join(addr, flags, mc, context);
+  }
+  static inline fi_ops_cm dgram_cm_ops_ = {
+      .size = sizeof(fi_ops_cm),
+      .setname = setname,
+      .getname = getname,
+      .getpeer = enosys<fid_ep*, void*, size_t*>,
+      .connect = enosys<fid_ep*, const void*, const void*, size_t>,
+      .listen = enosys<fid_pep*>,
+      .accept = enosys<fid_ep*, const void*, size_t>,
+      .reject = enosys<fid_pep*, fid_t, const void*, size_t>,
+      .shutdown = enosys<fid_ep*, uint64_t>,
+      .join = join,
+  };
   static inline fi_ops_msg msg_ops_ = {
       .size = sizeof(fi_ops_msg),
       .recv = R::recv,
@@ -721,6 +742,21 @@ struct EpOps {
       .inject = tinject,
       .senddata = tsenddata,
       .injectdata = tinjectdata,
+  };
+  // A datagram endpoint carries no tagged messages (fi_getinfo offers no FI_TAGGED on DGRAM).
+  static inline fi_ops_tagged no_tagged_ops_ = {
+      .size = sizeof(fi_ops_tagged),
+      .recv = enosys_ssize<fid_ep*, void*, size_t, void*, fi_addr_t, uint64_t, uint64_t, void*>,
+      .recvv =
+          enosys_ssize<fid_ep*, const iovec*, void**, size_t, fi_addr_t, uint64_t, uint64_t, void*>,
+      .recvmsg = enosys_ssize<fid_ep*, const fi_msg_tagged*, uint64_t>,
+      .send = enosys_ssize<fid_ep*, const void*, size_t, void*, fi_addr_t, uint64_t, void*>,
+      .sendv = enosys_ssize<fid_ep*, const iovec*, void**, size_t, fi_addr_t, uint64_t, void*>,
+      .sendmsg = enosys_ssize<fid_ep*, const fi_msg_tagged*, uint64_t>,
+      .inject = enosys_ssize<fid_ep*, const void*, size_t, fi_addr_t, uint64_t>,
+      .senddata =
+          enosys_ssize<fid_ep*, const void*, size_t, void*, uint64_t, fi_addr_t, uint64_t, void*>,
+      .injectdata = enosys_ssize<fid_ep*, const void*, size_t, uint64_t, fi_addr_t, uint64_t>,
   };
   static inline fi_ops_tagged rx_tagged_ops_ = {
       .size = sizeof(fi_ops_tagged),
@@ -794,12 +830,13 @@ void Endpoint::init_box(void* context) {
                                                           : FI_CLASS_EP;
   init_fid(&box_.fid.fid, fclass, context, &EpOps::fi_ops_);
   box_.fid.ops = &EpOps::ep_ops_;
-  box_.fid.cm = rdm_ ? &EpOps::rdm_cm_ops_ : &EpOps::cm_ops_;
+  box_.fid.cm = rdm_ ? &EpOps::rdm_cm_ops_ : dgram_ ? &EpOps::dgram_cm_ops_ : &EpOps::cm_ops_;
   // A transmit context receives nothing, a receive context sends nothing.
   box_.fid.msg = ctx_.role == EpRole::kTxContext   ? &EpOps::tx_msg_ops_
                  : ctx_.role == EpRole::kRxContext ? &EpOps::rx_msg_ops_
                                                    : &EpOps::msg_ops_;
-  box_.fid.tagged = ctx_.role == EpRole::kTxContext   ? &EpOps::tx_tagged_ops_
+  box_.fid.tagged = dgram_                            ? &EpOps::no_tagged_ops_
+                    : ctx_.role == EpRole::kTxContext ? &EpOps::tx_tagged_ops_
                     : ctx_.role == EpRole::kRxContext ? &EpOps::rx_tagged_ops_
                                                       : &EpOps::tagged_ops_;
   box_.fid.rma = rma_ops();
@@ -827,7 +864,8 @@ int open_endpoint(fid_domain* domain_fid, fi_info* info, fid_ep** out, void* con
   Domain* domain = Domain::from_fid(domain_fid ? &domain_fid->fid : nullptr);
   if (domain == nullptr || info == nullptr || out == nullptr) return -FI_EINVAL;
   if (info->ep_attr != nullptr && info->ep_attr->type != FI_EP_MSG &&
-      info->ep_attr->type != FI_EP_RDM && info->ep_attr->type != FI_EP_UNSPEC) {
+      info->ep_attr->type != FI_EP_RDM && info->ep_attr->type != FI_EP_DGRAM &&
+      info->ep_attr->type != FI_EP_UNSPEC) {
     return -FI_EINVAL;
   }
   // More than one context of a kind is a scalable endpoint's (fi_scalable_ep, prov/sep.h).

@@ -87,6 +87,15 @@ class AsyncTarget {
       return core::NetFault::kNone;
     return static_cast<core::NetFault>(net_fault_.exchange(0, std::memory_order_acquire));
   }
+  // The armed fault if it is `f` (then nothing is armed any more); else false, and what is
+  // armed stays for what applies it. For an endpoint whose operations apply different faults
+  // (a datagram endpoint: drop and corrupt to its sends, reject and timeout to its joins).
+  bool take_net_fault(core::NetFault f) {
+    auto want = static_cast<uint8_t>(f);
+    if (net_fault_.load(std::memory_order_relaxed) != want) [[likely]]
+      return false;
+    return net_fault_.compare_exchange_strong(want, 0, std::memory_order_acquire);
+  }
 
  private:
   friend class Domain;

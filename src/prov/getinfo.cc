@@ -48,6 +48,11 @@ constexpr uint64_t kRdmOnlyRxCaps = FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV
 constexpr uint64_t kRdmOnlyTxCaps = FI_NAMED_RX_CTX;
 constexpr uint64_t kMsgCaps = kCaps | FI_MULTI_RECV;
 constexpr uint64_t kRdmCaps = kMsgCaps | kRdmOnlyRxCaps | kRdmOnlyTxCaps;
+// Datagram endpoints (FI_EP_DGRAM over UDP): messages, sources, multicast groups (prov/mc.h).
+// No tags, no one-sided operations, no multi-receive buffers.
+constexpr uint64_t kDgramTxCaps = FI_MSG | FI_SEND | FI_MULTICAST;
+constexpr uint64_t kDgramRxCaps = FI_MSG | FI_RECV | FI_MULTICAST | FI_SOURCE;
+constexpr uint64_t kDgramCaps = kDgramTxCaps | kDgramRxCaps | kDomainCaps;
 constexpr uint64_t kRdmRxCaps = kRxCaps | FI_MULTI_RECV | kRdmOnlyRxCaps;
 // What an info carries when the hints name no capability. FI_DIRECTED_RECV is a primary
 // capability, enabled only when asked for (fi_getinfo(3)): it changes what a receive's
@@ -69,10 +74,24 @@ uint64_t rdm_rx_caps(ApiVersion api) {
 
 // The capabilities an endpoint type supports.
 uint64_t caps_of(fi_ep_type type, ApiVersion api) {
-  return type == FI_EP_RDM ? kRdmCaps | (api.v2() ? kV2DirectedCaps : 0) : kMsgCaps;
+  switch (type) {
+    case FI_EP_RDM:
+      return kRdmCaps | (api.v2() ? kV2DirectedCaps : 0);
+    case FI_EP_DGRAM:
+      return kDgramCaps;
+    default:
+      return kMsgCaps;
+  }
 }
 uint64_t default_caps_of(fi_ep_type type) {
-  return type == FI_EP_RDM ? kRdmDefaultCaps : kDefaultCaps;
+  switch (type) {
+    case FI_EP_RDM:
+      return kRdmDefaultCaps;
+    case FI_EP_DGRAM:
+      return kDgramCaps & ~FI_SHARED_AV;
+    default:
+      return kDefaultCaps;
+  }
 }
 // Every request to a peer travels on one connection and the peer acts on each before the next
 // (a write is in memory before a later read reads it), so sends, reads and writes keep their
@@ -84,6 +103,11 @@ constexpr uint64_t kCompOrder = FI_ORDER_NONE;
 constexpr uint64_t kTxOpFlags =
     FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
 constexpr uint64_t kRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
+// DGRAM: nothing acknowledges a datagram (no delivery completion); FI_MULTICAST marks sends to
+// a group (fi_cm(3) fi_mc_addr) and receives from one.
+constexpr uint64_t kDgramTxOpFlags =
+    FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_MULTICAST;
+constexpr uint64_t kDgramRxOpFlags = FI_COMPLETION | FI_MULTICAST;
 constexpr size_t kQueueDepth = 1024;
 constexpr size_t kIovLimit = xport::kMaxIov;
 constexpr size_t kMaxMsgSize = size_t{1} << 30;
@@ -215,18 +239,18 @@ bool av_type_ok(int a) {
 
 bool tx_ok(const fi_tx_attr* h) {
   if (h == nullptr) return true;
-  return subset(h->caps, kTxCaps | kRdmOnlyTxCaps | kDomainCaps) &&
-         subset(h->op_flags, kTxOpFlags) && subset(h->msg_order, kMsgOrder) &&
+  return subset(h->caps, kTxCaps | kRdmOnlyTxCaps | kDgramTxCaps | kDomainCaps) &&
+         subset(h->op_flags, kTxOpFlags | kDgramTxOpFlags) && subset(h->msg_order, kMsgOrder) &&
          subset(h->comp_order, kCompOrder) && h->inject_size <= xport::kInjectSize &&
          h->size <= kQueueDepth && h->iov_limit <= kIovLimit && h->rma_iov_limit <= 1;
 }
 
 bool rx_ok(const fi_rx_attr* h, ApiVersion api) {
   if (h == nullptr) return true;
-  return subset(h->caps, rdm_rx_caps(api) | kDomainCaps) && subset(h->op_flags, kRxOpFlags) &&
-         subset(h->msg_order, kMsgOrder) && subset(h->comp_order, kCompOrder) &&
-         h->total_buffered_recv <= kMaxMsgSize && h->size <= kQueueDepth &&
-         h->iov_limit <= kIovLimit;
+  return subset(h->caps, rdm_rx_caps(api) | kDgramRxCaps | kDomainCaps) &&
+         subset(h->op_flags, kRxOpFlags | kDgramRxOpFlags) && subset(h->msg_order, kMsgOrder) &&
+         subset(h->comp_order, kCompOrder) && h->total_buffered_recv <= kMaxMsgSize &&
+         h->size <= kQueueDepth && h->iov_limit <= kIovLimit;
 }
 
 // An auth_key fabq takes: none, or bytes that authenticate connections (prov/auth.h).
@@ -259,13 +283,40 @@ bool ep_ok(const fi_ep_attr* h, ApiVersion api) {
   if (h == nullptr) return true;
   const bool one_ctx = asked_contexts(h) <= Sep::kMaxContexts;
   const int type = raw_enum(h->type);
-  return (type == FI_EP_UNSPEC || type == FI_EP_MSG || type == FI_EP_RDM) &&
+  return (type == FI_EP_UNSPEC || type == FI_EP_MSG || type == FI_EP_RDM || type == FI_EP_DGRAM) &&
          (h->protocol == FI_PROTO_UNSPEC || h->protocol == kProtocol) &&
          h->protocol_version <= kProtocolVersion && h->max_msg_size <= kMaxMsgSize &&
          (h->msg_prefix_size == 0 || h->msg_prefix_size == kMsgPrefixSize) &&
          h->max_order_raw_size <= kMaxMsgSize && h->max_order_war_size <= kMaxMsgSize &&
          h->max_order_waw_size <= kMaxMsgSize && one_ctx &&
          auth_key_ok(h->auth_key, h->auth_key_size) && tag_format_ok(h->mem_tag_format, api);
+}
+
+// What the hints ask of one endpoint type beyond what every type takes (tx_ok, rx_ok, ep_ok).
+bool type_fits(fi_ep_type t, const fi_info* hints, ApiVersion api) {
+  if (hints == nullptr) return true;
+  if (!subset(hints->caps, caps_of(t, api))) return false;
+  const fi_ep_attr* e = hints->ep_attr;
+  const fi_tx_attr* tx = hints->tx_attr;
+  const fi_rx_attr* rx = hints->rx_attr;
+  const uint64_t tx_flags = tx != nullptr ? tx->op_flags : 0;
+  const uint64_t rx_flags = rx != nullptr ? rx->op_flags : 0;
+  if (t != FI_EP_DGRAM) {
+    // Several contexts per endpoint: scalable endpoints, which are RDM.
+    if (t != FI_EP_RDM && asked_contexts(e) != 1) return false;
+    return ((tx_flags | rx_flags) & FI_MULTICAST) == 0;
+  }
+  // DGRAM: one context of each kind, no shared ones; no order, no delivery completion, no
+  // multi-receive buffers; messages that fit a datagram.
+  const auto one = [](size_t n) { return n <= 1; };
+  if (e != nullptr &&
+      (!one(e->tx_ctx_cnt) || !one(e->rx_ctx_cnt) || e->max_msg_size > xport::kMaxDgramPayload ||
+       e->max_order_raw_size != 0 || e->max_order_war_size != 0 || e->max_order_waw_size != 0)) {
+    return false;
+  }
+  if (tx != nullptr && (tx->msg_order != 0 || !subset(tx_flags, kDgramTxOpFlags))) return false;
+  if (rx != nullptr && (rx->msg_order != 0 || !subset(rx_flags, kDgramRxOpFlags))) return false;
+  return true;
 }
 
 // What fabq's domains have of the members libfabric added after 1.17: one authorization key
@@ -377,11 +428,14 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
   info->src_addr = dup_addr(s, &info->src_addrlen);
   if (dest) info->dest_addr = dup_addr(*dest, &info->dest_addrlen);
 
+  const bool dgram = type == FI_EP_DGRAM;
   fi_tx_attr* tx = info->tx_attr;
-  tx->caps = info->caps & (kTxCaps | (type == FI_EP_RDM ? kRdmOnlyTxCaps : 0));
+  tx->caps =
+      info->caps & (dgram ? kDgramTxCaps : kTxCaps | (type == FI_EP_RDM ? kRdmOnlyTxCaps : 0));
   tx->mode = info->mode;
   tx->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
-  tx->msg_order = kMsgOrder;
+  // Datagrams may be reordered on the way (FI_ORDER_NONE).
+  tx->msg_order = dgram ? FI_ORDER_NONE : kMsgOrder;
   tx->comp_order = kCompOrder;
   tx->inject_size = xport::kInjectSize;
   tx->size = kQueueDepth;
@@ -389,10 +443,10 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
   tx->rma_iov_limit = 1;
 
   fi_rx_attr* rx = info->rx_attr;
-  rx->caps = info->caps & rdm_rx_caps(api);
+  rx->caps = info->caps & (dgram ? kDgramRxCaps : rdm_rx_caps(api));
   rx->mode = info->mode;
   rx->op_flags = hints && hints->rx_attr ? hints->rx_attr->op_flags : 0;
-  rx->msg_order = kMsgOrder;
+  rx->msg_order = dgram ? FI_ORDER_NONE : kMsgOrder;
   rx->comp_order = kCompOrder;
   rx->total_buffered_recv = 0;
   rx->size = kQueueDepth;
@@ -402,15 +456,16 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
   ep->type = type;
   ep->protocol = kProtocol;
   ep->protocol_version = kProtocolVersion;
-  ep->max_msg_size = kMaxMsgSize;
+  ep->max_msg_size = dgram ? xport::kMaxDgramPayload : kMaxMsgSize;
   ep->msg_prefix_size = prefix ? kMsgPrefixSize : 0;
-  ep->max_order_raw_size = kMaxMsgSize;
-  ep->max_order_war_size = kMaxMsgSize;
-  ep->max_order_waw_size = kMaxMsgSize;
+  ep->max_order_raw_size = dgram ? 0 : kMaxMsgSize;
+  ep->max_order_war_size = dgram ? 0 : kMaxMsgSize;
+  ep->max_order_waw_size = dgram ? 0 : kMaxMsgSize;
   const fi_ep_attr* he = hints ? hints->ep_attr : nullptr;
   // An application's own tag format is kept: every format fits in fabq's 64 bits.
-  ep->mem_tag_format =
-      he != nullptr && he->mem_tag_format != 0 ? he->mem_tag_format : kMemTagFormat;
+  ep->mem_tag_format = dgram                                      ? 0
+                       : he != nullptr && he->mem_tag_format != 0 ? he->mem_tag_format
+                                                                  : kMemTagFormat;
   // FI_SHARED_CONTEXT, or as many contexts as asked (a scalable endpoint, RDM), or 1.
   auto contexts = [he](size_t fi_ep_attr::*m) -> size_t {
     return he != nullptr && (he->*m == FI_SHARED_CONTEXT || he->*m > 1) ? he->*m : 1;
@@ -441,8 +496,8 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
   d->rx_ctx_cnt = kEpCount;
   d->max_ep_tx_ctx = type == FI_EP_RDM ? Sep::kMaxContexts : 1;
   d->max_ep_rx_ctx = type == FI_EP_RDM ? Sep::kMaxContexts : 1;
-  d->max_ep_stx_ctx = 1;
-  d->max_ep_srx_ctx = 1;
+  d->max_ep_stx_ctx = dgram ? 0 : 1;
+  d->max_ep_srx_ctx = dgram ? 0 : 1;
   d->cntr_cnt = p.cntr_max_count;
   d->mr_iov_limit = 1;
   d->caps = kDomainCaps;
@@ -492,7 +547,9 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
   const ApiVersion api(version);
 
   if (hints != nullptr) {
-    if (!subset(hints->caps, caps_of(FI_EP_RDM, api))) return -FI_ENODATA;
+    if (!subset(hints->caps, caps_of(FI_EP_RDM, api) | caps_of(FI_EP_DGRAM, api))) {
+      return -FI_ENODATA;
+    }
     // "Must be paired with FI_SOURCE" (fi_getinfo(3)).
     if ((hints->caps & FI_SOURCE_ERR) != 0 && (hints->caps & FI_SOURCE) == 0) return -FI_ENODATA;
     if (hints->addr_format != FI_FORMAT_UNSPEC && hints->addr_format != FI_SOCKADDR &&
@@ -529,16 +586,12 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
     local_ip = route_source(*dest);
   }
 
-  // The endpoint types asked for, MSG first.
+  // The endpoint types asked for, MSG first, then RDM, then DGRAM.
   std::vector<fi_ep_type> types;
   const int asked_type =
       hints != nullptr && hints->ep_attr != nullptr ? raw_enum(hints->ep_attr->type) : FI_EP_UNSPEC;
-  for (fi_ep_type t : {FI_EP_MSG, FI_EP_RDM}) {
-    const bool caps_fit = hints == nullptr || subset(hints->caps, caps_of(t, api));
-    // Several contexts per endpoint: scalable endpoints, which are RDM.
-    const bool contexts_fit =
-        t == FI_EP_RDM || hints == nullptr || asked_contexts(hints->ep_attr) == 1;
-    if ((asked_type == FI_EP_UNSPEC || asked_type == t) && caps_fit && contexts_fit) {
+  for (fi_ep_type t : {FI_EP_MSG, FI_EP_RDM, FI_EP_DGRAM}) {
+    if ((asked_type == FI_EP_UNSPEC || asked_type == t) && type_fits(t, hints, api)) {
       types.push_back(t);
     }
   }

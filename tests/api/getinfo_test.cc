@@ -237,10 +237,10 @@ TEST(Getinfo, FiInfoWithoutProviderFilterPrintsNoLayeredFabq) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// One fi_info per interface and endpoint type (MSG, then RDM), named as the tcp provider names
-// them.
+// One fi_info per interface and endpoint type (MSG, then RDM, then DGRAM), named as the tcp
+// provider names them.
 
-TEST(Getinfo, OneMsgAndOneRdmInfoPerIpv4InterfaceWithFabricSubnetAndDomainInterface) {
+TEST(Getinfo, OneMsgRdmAndDgramInfoPerIpv4InterfaceWithFabricSubnetAndDomainInterface) {
   auto hints = fabq_only_hints();
   auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
   ASSERT_EQ(rc, 0) << fi_strerror(-rc);
@@ -251,18 +251,17 @@ TEST(Getinfo, OneMsgAndOneRdmInfoPerIpv4InterfaceWithFabricSubnetAndDomainInterf
     got.insert({i->fabric_attr->name, i->domain_attr->name});
   }
   for (const IfaceAddr& a : ipv4_ifaces()) {
-    want.insert({a.subnet, a.name});
-    want.insert({a.subnet, a.name});
+    for (int type = 0; type < 3; ++type) want.insert({a.subnet, a.name});
   }
   EXPECT_EQ(got, want);
-  EXPECT_EQ(got.count({"127.0.0.0/8", "lo"}), 2u);
+  EXPECT_EQ(got.count({"127.0.0.0/8", "lo"}), 3u);
 }
 
 TEST(Getinfo, LoopbackDomainAttrCountsAreTheProviderDefaults) {
   auto hints = lo_hints();
   auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
   ASSERT_EQ(rc, 0) << fi_strerror(-rc);
-  ASSERT_EQ(as_vector(info.get()).size(), 2u) << "MSG and RDM";
+  ASSERT_EQ(as_vector(info.get()).size(), 3u) << "MSG, RDM and DGRAM";
   EXPECT_STREQ(info->domain_attr->name, "lo");
   EXPECT_STREQ(info->fabric_attr->name, "127.0.0.0/8");
   EXPECT_EQ(info->domain_attr->cq_cnt, 256u) << "FI_FABQ_CQ_MAX_COUNT default";
@@ -290,25 +289,27 @@ TEST(Getinfo, ThreadingDefaultsToThreadSafe) {
   EXPECT_EQ(info->domain_attr->threading, FI_THREAD_SAFE);
 }
 
-TEST(Getinfo, EndpointTypesAreMsgThenRdmForEachInterface) {
+TEST(Getinfo, EndpointTypesAreMsgThenRdmThenDgramForEachInterface) {
   auto hints = fabq_only_hints();
   auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
   ASSERT_EQ(rc, 0) << fi_strerror(-rc);
   const auto infos = as_vector(info.get());
-  ASSERT_EQ(infos.size() % 2, 0u);
-  for (size_t k = 0; k < infos.size(); k += 2) {
+  ASSERT_EQ(infos.size() % 3, 0u);
+  for (size_t k = 0; k < infos.size(); k += 3) {
     EXPECT_EQ(infos[k]->ep_attr->type, FI_EP_MSG);
     EXPECT_EQ(infos[k + 1]->ep_attr->type, FI_EP_RDM);
+    EXPECT_EQ(infos[k + 2]->ep_attr->type, FI_EP_DGRAM);
     EXPECT_STREQ(infos[k]->domain_attr->name, infos[k + 1]->domain_attr->name);
+    EXPECT_STREQ(infos[k]->domain_attr->name, infos[k + 2]->domain_attr->name);
   }
 }
 
-TEST(Getinfo, OnlyRdmOffersFiSource) {
+TEST(Getinfo, RdmAndDgramOfferFiSourceAndMsgDoesNot) {
   auto hints = lo_hints();
   auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
   ASSERT_EQ(rc, 0) << fi_strerror(-rc);
   for (const fi_info* i : as_vector(info.get())) {
-    EXPECT_EQ((i->caps & FI_SOURCE) != 0, i->ep_attr->type == FI_EP_RDM);
+    EXPECT_EQ((i->caps & FI_SOURCE) != 0, i->ep_attr->type != FI_EP_MSG);
   }
   hints->caps = FI_TAGGED | FI_SOURCE;
   auto [rc2, rdm] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
@@ -379,7 +380,8 @@ void expect_enodata(const fi_info* hints, const char* what, const char* node = n
 }
 
 TEST(Getinfo, UnsupportedCapsGiveEnodata) {
-  for (uint64_t cap : {FI_TRIGGER, FI_MULTICAST, FI_MSG | FI_TRIGGER, FI_HMEM | FI_MSG}) {
+  for (uint64_t cap : {FI_TRIGGER, FI_MSG | FI_TRIGGER, FI_HMEM | FI_MSG, FI_MULTICAST | FI_TAGGED,
+                       FI_MULTICAST | FI_RMA}) {
     auto hints = fabq_only_hints();
     hints->caps = cap;
     expect_enodata(hints.get(), ("caps " + std::to_string(cap)).c_str());
@@ -565,10 +567,53 @@ TEST(Getinfo, OpenMpiOfiMtlHintsGetAnRdmInfoItCanUse) {
   EXPECT_GT(first->ep_attr->max_msg_size, size_t{4} << 20);
 }
 
-TEST(Getinfo, EndpointTypeDgramGivesEnodata) {
-  auto hints = fabq_only_hints();
+// fi_endpoint(3) FI_EP_DGRAM: unreliable, unordered messages of at most a datagram's payload,
+// with sources and multicast; no tags, no one-sided operations, no multi-receive buffers.
+TEST(Getinfo, EndpointTypeDgramGivesUnorderedDatagramMessagesWithMulticast) {
+  auto hints = lo_hints();
   hints->ep_attr->type = FI_EP_DGRAM;
-  expect_enodata(hints.get(), "FI_EP_DGRAM");
+  auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+  ASSERT_EQ(as_vector(info.get()).size(), 1u);
+  EXPECT_EQ(info->ep_attr->type, FI_EP_DGRAM);
+  EXPECT_EQ(info->caps & (FI_MSG | FI_SEND | FI_RECV | FI_MULTICAST | FI_SOURCE),
+            FI_MSG | FI_SEND | FI_RECV | FI_MULTICAST | FI_SOURCE);
+  EXPECT_EQ(info->caps & (FI_TAGGED | FI_RMA | FI_ATOMIC | FI_MULTI_RECV | FI_DIRECTED_RECV), 0u);
+  EXPECT_EQ(info->ep_attr->max_msg_size, 65507u - 24u) << "a UDP payload less fabq's header";
+  EXPECT_EQ(info->tx_attr->msg_order, FI_ORDER_NONE);
+  EXPECT_EQ(info->rx_attr->msg_order, FI_ORDER_NONE);
+  EXPECT_EQ(info->ep_attr->max_order_raw_size, 0u);
+  EXPECT_EQ(info->ep_attr->mem_tag_format, 0u);
+  EXPECT_EQ(info->domain_attr->max_ep_tx_ctx, 1u);
+  EXPECT_EQ(info->domain_attr->max_ep_srx_ctx, 0u);
+  EXPECT_EQ(info->domain_attr->max_ep_stx_ctx, 0u);
+}
+
+TEST(Getinfo, MulticastOnlyOnDgramAndWhatDgramCannotDoGivesEnodata) {
+  auto hints = lo_hints();
+  hints->caps = FI_MSG | FI_MULTICAST;
+  auto [rc, info] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+  for (const fi_info* i : as_vector(info.get())) EXPECT_EQ(i->ep_attr->type, FI_EP_DGRAM);
+  hints->caps = FI_MSG;
+  hints->ep_attr->type = FI_EP_DGRAM;
+  hints->ep_attr->max_msg_size = 65536;
+  expect_enodata(hints.get(), "a message larger than a datagram");
+  hints->ep_attr->max_msg_size = 0;
+  hints->tx_attr->msg_order = FI_ORDER_SAS;
+  expect_enodata(hints.get(), "ordered datagrams");
+  hints->tx_attr->msg_order = 0;
+  hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+  expect_enodata(hints.get(), "delivery completion of a datagram");
+  hints->tx_attr->op_flags = FI_MULTICAST;
+  auto [rc2, dgram] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  EXPECT_EQ(rc2, 0) << "FI_MULTICAST is a DGRAM op flag: " << fi_strerror(-rc2);
+  hints->ep_attr->type = FI_EP_RDM;
+  expect_enodata(hints.get(), "FI_MULTICAST op flag on RDM");
+  hints->tx_attr->op_flags = 0;
+  hints->ep_attr->type = FI_EP_DGRAM;
+  hints->ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT;
+  expect_enodata(hints.get(), "a shared transmit context on DGRAM");
 }
 
 TEST(Getinfo, EndpointTypeRdmGivesOnlyRdm) {
