@@ -71,12 +71,12 @@ class Conn final : public Connection, public Pollable {
   // Pollable.
   void on_ready(uint32_t events) override;
   void on_deadline() override;
-  Conn* as_conn() override { return this; }
+  bool direct_read() const override { return true; }
   // Reads what its socket holds without epoll having said it is readable: the engine does this
   // instead of epoll_wait() for the one socket that is busy (Engine::run_locked). False when it
   // cannot be read that way now (not a connected socket, a ring's connection, stalled, waiting
   // to write): then the engine goes back to epoll. Engine lock held.
-  bool poll_read();
+  bool poll_read() override;
 
   // The engine, holding its lock, every round: moves ring bytes if there are any to move, and
   // says whether there were.

@@ -37,6 +37,7 @@ DgramSocket::DgramSocket(Engine* engine, Owner* owner)
 DgramSocket::~DgramSocket() {
   core::MutexLock elock(engine_->mu());
   if (fd_.valid()) engine_->remove(fd_.get(), this);
+  engine_->forget_hot(this);
 }
 
 int DgramSocket::open(const sockaddr_in& at) {
@@ -111,6 +112,11 @@ int DgramSocket::send(const sockaddr_in& to, const DgramSend& s, core::NetFault 
 
 void DgramSocket::on_ready(uint32_t /*events*/) {
   read_one(fd_.get(), /*multicast=*/false);
+}
+
+bool DgramSocket::poll_read() {
+  read_one(fd_.get(), /*multicast=*/false);
+  return true;
 }
 
 void DgramSocket::read_one(int fd, bool multicast) {

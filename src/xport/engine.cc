@@ -224,7 +224,8 @@ void Engine::run_locked(std::vector<std::unique_ptr<Pollable>>* dead, bool manua
         epoll_idle_ ? std::min(2 * quiet_epoll_every_ns_, kEpollQuietMaxNs) : kEpollEveryNs;
     // A quiet moment keeps the busy socket; another one, or more than one, ends its turn.
     if (n == 1 && ev[0].events == EPOLLIN) {
-      hot_ = static_cast<Pollable*>(ev[0].data.ptr)->as_conn();
+      auto* p = static_cast<Pollable*>(ev[0].data.ptr);
+      hot_ = p->direct_read() ? p : nullptr;
     } else if (n != 0) {
       hot_ = nullptr;
     }

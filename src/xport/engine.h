@@ -30,9 +30,13 @@ class Pollable {
   virtual void on_ready(uint32_t events) = 0;
   // A deadline passed (see Engine::set_deadline).
   virtual void on_deadline() {}
-  // The connection it is, if it is one: only a connection can be read without epoll's word
-  // (Engine::run_locked), and only one always leaves the engine through Engine::forget_hot().
-  virtual Conn* as_conn() { return nullptr; }
+  // Whether a round may read it without epoll's word (Engine::run_locked: the one socket that
+  // is busy), through poll_read(). One that may always leaves the engine through
+  // Engine::forget_hot(). A connection and a datagram socket may.
+  virtual bool direct_read() const { return false; }
+  // Reads what its socket holds without asking epoll. False when it cannot be read that way
+  // now: the engine goes back to epoll. Engine lock held.
+  virtual bool poll_read() { return false; }
 };
 
 class Engine final : public Transport {
@@ -81,7 +85,7 @@ class Engine final : public Transport {
   void remove_shm(Conn* c);
   void forget_shm(Conn* c) FABQ_REQUIRES(mu_);
   // `p` is leaving the engine: no round reads it directly any more.
-  void forget_hot(const Conn* p) FABQ_REQUIRES(mu_) {
+  void forget_hot(const Pollable* p) FABQ_REQUIRES(mu_) {
     if (hot_ == p) hot_ = nullptr;
   }
   // Wakes the progress thread if somebody waits (a ring it does not watch yet may fill).
@@ -144,8 +148,8 @@ class Engine final : public Transport {
   // the rings, and lands on one message in eight; a socket that wakes up waits at most this long.
   static constexpr int64_t kEpollQuietMaxNs = 64000;
   int64_t quiet_epoll_every_ns_ FABQ_GUARDED_BY(mu_) = kEpollEveryNs;
-  // The only one epoll reported the last time it reported anything, if a connection.
-  Conn* hot_ FABQ_GUARDED_BY(mu_) = nullptr;
+  // The only one epoll reported the last time it reported anything, if it may be read directly.
+  Pollable* hot_ FABQ_GUARDED_BY(mu_) = nullptr;
   bool epoll_idle_ FABQ_GUARDED_BY(mu_) = false;  // ... or it reported nothing
   int64_t last_epoll_ns_ FABQ_GUARDED_BY(mu_) = 0;
   static constexpr uint32_t kIdleRoundsPerClock = 16;
