@@ -531,13 +531,13 @@ TEST(BenchTool, ListWithScenariosNamesTheRdmScenariosAPrefixSelects) {
   EXPECT_EQ(listed(bw.out), (std::vector<std::string>{"rdm-pingpong/8", "rdm-bw/1Mi"})) << bw.out;
 }
 
-// The queue scenarios (EQ, CQ, counter); the MSG, RDM and RMA ones have tests of their own
-// below.
+// The queue scenarios (EQ, CQ, counter); the MSG, RDM, RMA and datagram ones have tests of their
+// own below.
 size_t queue_scenario_count() {
   size_t n = 0;
   for (const Scenario& s : all_scenarios()) {
     n += s.name.rfind("msg-", 0) != 0 && s.name.rfind("rma-", 0) != 0 &&
-         s.name.rfind("rdm-", 0) != 0;
+         s.name.rfind("rdm-", 0) != 0 && s.name.rfind("dgram-", 0) != 0;
   }
   return n;
 }
@@ -666,6 +666,30 @@ TEST(BenchTool, QuickRdmAndRmaRunSendsWritesReadsAndAddsOnFabqTcpAndShm) {
     }
     EXPECT_NE(block.find("tcp-core  unsupported: "), std::string::npos) << block;
     EXPECT_NE(block.find("no FI_EP_RDM endpoint of tcp itself"), std::string::npos) << block;
+  }
+}
+
+// The datagram scenarios run on fabq and on libfabric's udp provider, where its messages fit
+// (udp's max_msg_size is an Ethernet frame's); an RDM-only provider is unsupported, saying why.
+TEST(BenchTool, QuickDgramRunPingsAndStreamsDatagramsOnFabqAndUdp) {
+  const ToolRun r = run_tool(
+      "bench --quick --reps 1 --providers fabq,udp,shm "
+      "--scenarios dgram-pingpong/8,dgram-pingpong/16Ki,dgram-rate/64",
+      "timeout 120");
+  EXPECT_EQ(r.status, 0) << r.out;
+  for (const char* scenario : {"dgram-pingpong/8", "dgram-pingpong/16Ki", "dgram-rate/64"}) {
+    const size_t at = r.out.find(std::string("\n") + scenario + ":");
+    ASSERT_NE(at, std::string::npos) << scenario << "\n" << r.out;
+    const std::string block = r.out.substr(at, r.out.find("\n\n", at + 1) - at);
+    const size_t fabq = block.find("\n  fabq      ");
+    ASSERT_NE(fabq, std::string::npos) << block;
+    const std::string rest = block.substr(fabq + 13, 12);
+    EXPECT_EQ(rest.find("FAILED"), std::string::npos) << block;
+    EXPECT_EQ(rest.find("unsupported"), std::string::npos) << block;
+    EXPECT_NE(block.find("no FI_EP_DGRAM endpoint of shm itself"), std::string::npos) << block;
+    const bool fits_udp = std::string(scenario) != "dgram-pingpong/16Ki";
+    EXPECT_EQ(block.find("udp       unsupported: ") == std::string::npos, fits_udp) << block;
+    EXPECT_EQ(block.find("udp       FAILED"), std::string::npos) << block;
   }
 }
 

@@ -151,7 +151,7 @@ bool pingpong_side(Side& s, int side, const MsgFormat& f, uint64_t warm, uint64_
   return ok;
 }
 
-Sample rdm_pingpong(const Scenario& sc, const Provider& p, const Options& o) {
+Sample pingpong(const Scenario& sc, const Provider& p, const Options& o, bool dgram) {
   const size_t n = sc.msg_size;
   const uint64_t timed = count_for(o.rma_round_trips, 50, n, o);
   const uint64_t warm = std::max<uint64_t>(timed / 10, 10);
@@ -159,6 +159,7 @@ Sample rdm_pingpong(const Scenario& sc, const Provider& p, const Options& o) {
   Shared sh;
   sh.half_rtt.resize(timed);
   const Needs needs{.messages = true,
+                    .dgram = dgram,
                     .local_bytes = kPingpongBuffers * n,
                     .window = kPingpongSlots,
                     .op_bytes = n};
@@ -169,6 +170,151 @@ Sample rdm_pingpong(const Scenario& sc, const Provider& p, const Options& o) {
   s.p99 = quantile(&sh.half_rtt, 0.99);
   s.value = quantile(&sh.half_rtt, 0.50);
   s.allocs = allocs_per(sh.allocs0, sh.allocs1, 2 * timed);
+  return s;
+}
+
+Sample rdm_pingpong(const Scenario& sc, const Provider& p, const Options& o) {
+  return pingpong(sc, p, o, /*dgram=*/false);
+}
+
+// The same on FI_EP_DGRAM endpoints (fi_dgram_pingpong): one datagram in flight each way, so
+// none is lost on a host (a lost one fails the sample when its wait times out).
+Sample dgram_pingpong(const Scenario& sc, const Provider& p, const Options& o) {
+  return pingpong(sc, p, o, /*dgram=*/true);
+}
+
+// --- dgram-rate
+
+// Datagrams in flight: batches the receiver's socket holds whole (64 KiB of payload, 4 to 32
+// messages), since a datagram nobody has room for is lost.
+size_t dgram_batch(size_t size) {
+  return std::clamp<size_t>((64u << 10) / size, 4, 32);
+}
+
+// The client sends batch after batch of dgram_batch() messages, each batch once the server
+// acknowledged the one before with 8 bytes (its number), which it sends once the whole batch
+// arrived and its receives for the next are posted. Message k goes from buffer k % batch; the
+// ack of batch b arrives into the buffer past them.
+bool rate_client(Side& c, const MsgFormat& f, const MsgFormat& ack, uint64_t warm, uint64_t timed,
+                 Shared* sh) {
+  const size_t n = f.size();
+  const size_t batch = dgram_batch(n);
+  const size_t ack_off = batch * n;
+  const bool inject = n <= c.inject_limit();
+  for (size_t i = 0; i < batch; ++i) f.fill(c.local() + i * n);
+  uint64_t acked = 0, seq = 0, got = 0;
+  c.on_done([&](size_t, uint64_t tag) {
+    if ((tag & kRecvTag) != 0) acked = tag & ~kRecvTag;
+    return true;
+  });
+  auto post_ack = [&](uint64_t b) {
+    size_t slot = 0;
+    return c.acquire(&slot) && c.recv(slot, b | kRecvTag, ack_off, ack.size());
+  };
+  bool ok = post_ack(1) && c.barrier(true);
+  for (uint64_t b = 1; ok && b <= warm + timed; ++b) {
+    if (b == warm + 1) {
+      sh->allocs0 = heap_allocations_now();
+      sh->start = now_ns();
+    }
+    for (size_t i = 0; ok && i < batch; ++i) {
+      const size_t off = (seq % batch) * n;
+      f.stamp(c.local() + off, ++seq, MsgDir::kToServer);
+      if (inject) {
+        ok = c.inject(off, n);
+      } else {
+        size_t slot = 0;
+        ok = c.acquire(&slot) && c.send(slot, seq, off, n);
+      }
+    }
+    ok = ok && c.wait_until("the batch's ack did not arrive", [&] { return acked >= b; }) &&
+         check_message(c, ack, c.local() + ack_off, MsgDir::kToClient, b, &got);
+    if (ok && b < warm + timed) ok = post_ack(b + 1);
+  }
+  if (ok) {
+    sh->end = now_ns();
+    sh->allocs1 = heap_allocations_now();
+  }
+  c.on_done(nullptr);  // it refers to this frame
+  return ok && c.drain();
+}
+
+// The server keeps a receive posted for each message of the batch to come, into buffer `slot`;
+// a batch's messages arrive in any order, each once.
+bool rate_server(Side& s, const MsgFormat& f, const MsgFormat& ack, uint64_t batches) {
+  const size_t n = f.size();
+  const size_t batch = dgram_batch(n);
+  std::vector<size_t> arrived;
+  arrived.reserve(s.window());
+  std::vector<bool> seen(batch + 1);
+  s.on_done([&](size_t slot, uint64_t tag) {
+    if ((tag & kRecvTag) != 0) arrived.push_back(slot);
+    return true;
+  });
+  auto post_batch = [&] {
+    bool ok = true;
+    for (size_t i = 0; ok && i < batch; ++i) {
+      size_t slot = 0;
+      ok = s.acquire(&slot) && s.recv(slot, kRecvTag, slot * n, n);
+    }
+    return ok;
+  };
+  bool ok = post_batch() && s.barrier(true);
+  for (uint64_t b = 1; ok && b <= batches; ++b) {
+    const uint64_t first = (b - 1) * batch + 1;
+    std::fill(seen.begin(), seen.end(), false);
+    for (size_t got = 0; ok && got < batch;) {
+      ok = !arrived.empty() ||
+           s.wait_until("the client's datagrams did not arrive", [&] { return !arrived.empty(); });
+      for (size_t i = 0; ok && i < arrived.size(); ++i) {
+        uint64_t seq = 0;
+        ok = check_message(s, f, s.local() + arrived[i] * n, MsgDir::kToServer, 0, &seq);
+        if (ok && (seq < first || seq >= first + batch || seen[seq - first])) {
+          ok = s.fail(fmt("datagram %llu arrived out of its batch (%llu-%llu), or twice",
+                          static_cast<unsigned long long>(seq),
+                          static_cast<unsigned long long>(first),
+                          static_cast<unsigned long long>(first + batch - 1)));
+        }
+        if (ok) seen[seq - first] = true;
+      }
+      got += arrived.size();
+      arrived.clear();
+    }
+    // The next batch's receives before the ack that lets it come.
+    ok = ok && (b == batches || post_batch());
+    size_t slot = 0;
+    ok = ok && s.acquire(&slot);
+    if (ok) {
+      ack.stamp(s.local() + slot * n, b, MsgDir::kToClient);
+      ok = s.send(slot, b, slot * n, ack.size());
+    }
+  }
+  s.on_done(nullptr);  // it refers to this frame
+  return ok;
+}
+
+Sample dgram_rate(const Scenario& sc, const Provider& p, const Options& o) {
+  const size_t n = sc.msg_size;
+  const size_t batch = dgram_batch(n);
+  const uint64_t timed = std::max<uint64_t>(count_for(o.rma_ops, 4 * batch, n, o) / batch, 4);
+  const uint64_t warm = std::max<uint64_t>(timed / 4, 2);
+  const MsgFormat f(n), ack(MsgFormat::kMinSize);
+  Shared sh;
+  // The client: its batch's buffers and the ack's; the server: a buffer per receive slot. Each
+  // side: the batch and a slot for the ack's send or receive.
+  const size_t slots = batch + 1;
+  const Needs needs{.messages = true,
+                    .dgram = true,
+                    .local_bytes = (slots + 1) * n,
+                    .window = slots,
+                    .op_bytes = n};
+  const Part server{needs, [&](Side& s) { return rate_server(s, f, ack, warm + timed); }};
+  const Part client{needs, [&](Side& c) { return rate_client(c, f, ack, warm, timed, &sh); }};
+  Sample s = run_pair(p, o, server, client);
+  if (s.state != Sample::State::kOk) return s;
+  const uint64_t msgs = timed * batch;
+  s.value = static_cast<double>(sh.end - sh.start) / static_cast<double>(msgs);
+  s.allocs = allocs_per(sh.allocs0, sh.allocs1, msgs);
   return s;
 }
 
@@ -652,7 +798,8 @@ Sample fetch_atomic(const Scenario& sc, const Provider& p, const Options& o) {
 }  // namespace
 
 bool is_rma(const Scenario& s) {
-  for (auto* run : {rdm_pingpong, rdm_bw, write_lat, write_bw, read_bw, atomic, fetch_atomic}) {
+  for (auto* run : {rdm_pingpong, rdm_bw, write_lat, write_bw, read_bw, atomic, fetch_atomic,
+                    dgram_pingpong, dgram_rate}) {
     if (s.run == run) return true;
   }
   return false;
@@ -711,6 +858,21 @@ const std::vector<Scenario>& rma_scenarios() {
                  "fi_fetch_atomic FI_SUM on one FI_UINT64 on FI_EP_RDM, " +
                      std::to_string(rma::window_for(8, o)) + " in flight: ns per atomic",
                  M::kNsPerEvent, rma::fetch_atomic, FI_WAIT_NONE, 8});
+    const size_t dgram_sizes[] = {8, 64, 1u << 10, 4u << 10, 16u << 10};
+    for (const size_t n : dgram_sizes) {
+      v.push_back({"dgram-pingpong/" + msg_size_name(n),
+                   "fi_send/fi_recv ping-pong on FI_EP_DGRAM, " + msg_size_label(n) +
+                       " (fi_dgram_pingpong): one-way latency (round trip / 2), both sides "
+                       "busy-polling",
+                   M::kLatencyNs, rma::dgram_pingpong, FI_WAIT_NONE, n});
+    }
+    for (const size_t n : dgram_sizes) {
+      v.push_back({"dgram-rate/" + msg_size_name(n),
+                   "fi_send on FI_EP_DGRAM, " + msg_size_label(n) + ", batches of " +
+                       std::to_string(rma::dgram_batch(n)) +
+                       " each acknowledged by the receiver: ns per datagram",
+                   M::kNsPerEvent, rma::dgram_rate, FI_WAIT_NONE, n});
+    }
     return v;
   }();
   return all;

@@ -17,7 +17,8 @@ namespace fabq::tools::bench {
 
 // The two-process scenarios in report order: rdm-pingpong/<size>, rdm-bw/<size>,
 // rma-write-lat/<size>, rma-write-bw/<size>, rma-read-bw/<size>, rma-atomic/sum,
-// rma-fetch-atomic/sum.
+// rma-fetch-atomic/sum, and on FI_EP_DGRAM endpoints dgram-pingpong/<size> and
+// dgram-rate/<size>.
 const std::vector<Scenario>& rma_scenarios();
 
 namespace rma {

@@ -84,6 +84,7 @@ enum class Op : uint8_t { kWrite, kRead, kAtomic, kFetchAtomic, kSend, kRecv };
 struct Needs {
   bool atomics = false;     // FI_ATOMIC (FI_UINT64 FI_SUM, fetching or not) instead of FI_RMA
   bool messages = false;    // FI_MSG (fi_send, fi_recv) instead of FI_RMA
+  bool dgram = false;       // messages on FI_EP_DGRAM endpoints instead of FI_EP_RDM
   size_t target_bytes = 0;  // its region the peer reaches; 0: none
   size_t local_bytes = 0;   // the sources and sinks of its own operations; 0: none
   size_t window = 1;        // operations in flight at most (fewer when the tx queue is smaller)
