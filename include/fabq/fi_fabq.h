@@ -93,6 +93,14 @@
  *                             triggers it becomes an error completion (without ops= or
  *                             prob=, one is written with op_context NULL; a full CQ then
  *                             overruns and raises CQ_ERR).
+ *       net=<fault>           (on=ep only) applied once, by the endpoint's next operation it
+ *                             concerns: reject / timeout, its next fi_connect is refused
+ *                             (FI_ECONNREFUSED) / never answered (FI_ETIMEDOUT); on a
+ *                             datagram endpoint its next fi_join fails that way, as an EQ
+ *                             error entry. drop, its next message is lost on the way;
+ *                             corrupt, it arrives with a damaged header: a connection's peer
+ *                             fails the connection (EP_REQ_ERR), a datagram's receiver drops
+ *                             it (its header's check catches it).
  *     on=<target> (default: domain):
  *       domain                the domain itself (port and device kinds)
  *       ep:<i> | cq:<i> | srx:<i>
