@@ -239,8 +239,8 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   bool dgram() const { return dgram_; }
   // fi_join (DGRAM with FI_MULTICAST, prov/mc.h): 0 with *mc set and the outcome on the EQ
   // later (FI_JOIN_COMPLETE or an error entry), or -FI_EINVAL (a null argument, an address that
-  // is not an IPv4 multicast group with a port), -FI_EBADFLAGS (flags other than 0, FI_SEND,
-  // FI_RECV, or a direction the endpoint lacks), -FI_EOPNOTSUPP (no FI_MULTICAST), -FI_ENOEQ,
+  // is not an IPv4 multicast group with a port, a direction the endpoint lacks), -FI_EBADFLAGS
+  // (flags other than 0, FI_SEND, FI_RECV), -FI_EOPNOTSUPP (no FI_MULTICAST), -FI_ENOEQ,
   // -FI_EOPBADSTATE (not enabled, or failed), -FI_ENOMEM.
   int join(const void* addr, uint64_t flags, fid_mc** mc, void* context) FABQ_EXCLUDES(mu_);
   // A membership is closing: sends to its fi_addr_t are refused from now on.

@@ -14,7 +14,6 @@
 
 #include <netinet/in.h>
 
-#include <atomic>
 #include <memory>
 
 #include "core/unique_fd.h"
@@ -45,10 +44,6 @@ class DgramSocket final : public Pollable, public Datagram {
   // engine lock.
   void read_one(int fd, bool multicast);
 
-  // Datagrams dropped on arrival since open: not fabq's or damaged, or refused by the owner.
-  // For tests and statistics; relaxed.
-  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
-
  private:
   Engine* const engine_;
   Owner* const owner_;
@@ -56,7 +51,6 @@ class DgramSocket final : public Pollable, public Datagram {
   sockaddr_in name_{};
   // One datagram, and one byte more: a longer one is cut, and told apart (MSG_TRUNC).
   std::unique_ptr<unsigned char[]> buf_;
-  std::atomic<uint64_t> dropped_{0};
 };
 
 class McSocket final : public Pollable, public Membership {
