@@ -23,9 +23,18 @@ int bind_error(int e) {
   }
 }
 
+// What a socket's receive buffer asks for: a datagram that finds it full is lost, and a burst
+// of large ones fills the kernel's default (208 KiB: three of 64 KiB) at once. The kernel
+// grants at most net.core.rmem_max.
+constexpr int kRcvBufBytes = 4 << 20;
+
 core::UniqueFd udp_socket(int* err) {
   core::UniqueFd fd(socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) *err = errno == EMFILE || errno == ENFILE ? -FI_EMFILE : -FI_EIO;
+  if (!fd.valid()) {
+    *err = errno == EMFILE || errno == ENFILE ? -FI_EMFILE : -FI_EIO;
+    return fd;
+  }
+  setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &kRcvBufBytes, sizeof(kRcvBufBytes));
   return fd;
 }
 
@@ -120,7 +129,17 @@ bool DgramSocket::poll_read() {
   return true;
 }
 
+bool DgramSocket::offer_pending() {
+  if (!owner_->deliver(pending_in_, buf_.get() + dgram::kHeaderSize) && owner_->take_retry()) {
+    engine_->schedule(this);
+    return false;
+  }
+  pending_ = false;
+  return true;
+}
+
 void DgramSocket::read_one(int fd, bool multicast) {
+  if (pending_ && !offer_pending()) return;
   sockaddr_in from{};
   socklen_t flen = sizeof(from);
   const ssize_t n = recvfrom(fd, buf_.get(), dgram::kMaxDatagram + 1, MSG_DONTWAIT,
@@ -138,8 +157,15 @@ void DgramSocket::read_one(int fd, bool multicast) {
   in.len = h.length;
   in.from = from;
   in.multicast = multicast;
-  // Refused (no receive and no room to buffer it): dropped, as a full socket buffer drops one.
-  (void)owner_->deliver(in, buf_.get() + dgram::kHeaderSize);
+  if (owner_->deliver(in, buf_.get() + dgram::kHeaderSize)) return;
+  if (owner_->take_retry()) {
+    // Only the receive CQ stood in the way: kept until the application reads it.
+    pending_ = true;
+    pending_in_ = in;
+    engine_->schedule(this);
+  }
+  // Else refused for want of a receive and of room to buffer it: dropped, as a full socket
+  // buffer drops one.
 }
 
 std::unique_ptr<Membership> DgramSocket::join(const sockaddr_in& group, int* err) {

@@ -40,8 +40,8 @@ class DgramSocket final : public Pollable, public Datagram {
   // one datagram, if there is one.
   bool direct_read() const override { return true; }
   bool poll_read() override;
-  // Reads one datagram of `fd` and hands it to the owner, if it is well-formed. Under the
-  // engine lock.
+  // Reads one datagram of `fd` and hands it to the owner, if it is well-formed; first the one
+  // kept pending, if any, and nothing more while it stays. Under the engine lock.
   void read_one(int fd, bool multicast);
 
  private:
@@ -51,6 +51,15 @@ class DgramSocket final : public Pollable, public Datagram {
   sockaddr_in name_{};
   // One datagram, and one byte more: a longer one is cut, and told apart (MSG_TRUNC).
   std::unique_ptr<unsigned char[]> buf_;
+  // A datagram whose receive found the receive CQ full (Owner::take_retry()): it stays in buf_
+  // and is offered again at every round (the socket is scheduled) before anything more is read,
+  // so the kernel keeps what comes after it; as a connection waits for the application to read
+  // its CQ. Engine lock.
+  bool pending_ = false;
+  Incoming pending_in_;
+  // Offers the pending datagram again: true when none is pending any more (taken, or refused
+  // for another reason than a full CQ, and dropped).
+  bool offer_pending();
 };
 
 class McSocket final : public Pollable, public Membership {

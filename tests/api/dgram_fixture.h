@@ -84,6 +84,7 @@ class Dgram : public ::testing::Test {
     bool counters = false;     // a transmit and a receive counter
     bool eq = true;            // bound to the fixture's EQ (fi_join needs one)
     bool selective = false;    // FI_SELECTIVE_COMPLETION on the CQ
+    size_t cq_size = 0;        // the CQ's size; 0: the provider's default
   };
   // An enabled DGRAM endpoint with its own CQ (FI_CQ_FORMAT_DATA), bound to the AV, and its
   // name inserted there.
@@ -93,6 +94,7 @@ class Dgram : public ::testing::Test {
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_DATA;
     cq_attr.wait_obj = FI_WAIT_UNSPEC;
+    cq_attr.size = o.cq_size;
     EXPECT_EQ(fi_cq_open(domain_, &cq_attr, &e->cq, nullptr), 0);
     fi_info* info = fi_dupinfo(info_);
     if (o.caps != 0) info->caps = o.caps;

@@ -5,7 +5,9 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -157,6 +159,36 @@ TEST_F(Dgram, ADatagramThatCameBeforeItsReceiveWaitsForIt) {
   ASSERT_EQ(post_recv(b, rx, sizeof(rx), rx), 0);
   ASSERT_EQ(wait_cq(b->cq, &e), 1);
   EXPECT_STREQ(rx, "early");
+}
+
+// A full receive CQ is the application's to empty: the datagrams whose receives are posted wait
+// for it, as an RDM connection's messages do, instead of being lost for it.
+TEST_F(Dgram, DatagramsWhoseReceiveFindsTheCqFullWaitUntilTheApplicationReadsIt) {
+  DgramEp* a = open_ep();
+  DgramEp* b = open_ep({.counters = true, .cq_size = 2});
+  constexpr int kMsgs = 6;
+  char rx[kMsgs][8] = {};
+  for (auto& r : rx) ASSERT_EQ(post_recv(b, r, sizeof(r), r), 0);
+  for (int i = 0; i < kMsgs; ++i) {
+    char m[8];
+    std::snprintf(m, sizeof(m), "m%d", i);
+    ASSERT_EQ(fi_send(a->ep, m, std::strlen(m) + 1, nullptr, b->addr, nullptr), 0);
+  }
+  // Reading the counter drives progress without emptying the CQ: it fills, then nothing more
+  // completes.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < deadline) (void)fi_cntr_read(b->rx_cntr);
+  const uint64_t before = fi_cntr_read(b->rx_cntr);
+  EXPECT_GE(before, 2u);
+  EXPECT_LT(before, static_cast<uint64_t>(kMsgs)) << "the CQ holds fewer than were sent";
+  std::set<std::string> got;
+  fi_cq_data_entry e{};
+  for (int i = 0; i < kMsgs; ++i) {
+    ASSERT_EQ(wait_cq(b->cq, &e), 1) << i << " of " << kMsgs << ": lost to a full CQ";
+    got.insert(static_cast<const char*>(e.buf));
+  }
+  EXPECT_EQ(got.size(), static_cast<size_t>(kMsgs));
+  EXPECT_EQ(fi_cntr_read(b->rx_cntr), static_cast<uint64_t>(kMsgs));
 }
 
 TEST_F(Dgram, ABlockingReadWakesWhenADatagramArrives) {
