@@ -5,7 +5,6 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
-#include <cstdio>
 #include <cstring>
 #include <set>
 #include <string>
@@ -170,9 +169,8 @@ TEST_F(Dgram, DatagramsWhoseReceiveFindsTheCqFullWaitUntilTheApplicationReadsIt)
   char rx[kMsgs][8] = {};
   for (auto& r : rx) ASSERT_EQ(post_recv(b, r, sizeof(r), r), 0);
   for (int i = 0; i < kMsgs; ++i) {
-    char m[8];
-    std::snprintf(m, sizeof(m), "m%d", i);
-    ASSERT_EQ(fi_send(a->ep, m, std::strlen(m) + 1, nullptr, b->addr, nullptr), 0);
+    const std::string m = "m" + std::to_string(i);
+    ASSERT_EQ(fi_send(a->ep, m.c_str(), m.size() + 1, nullptr, b->addr, nullptr), 0);
   }
   // Reading the counter drives progress without emptying the CQ: it fills, then nothing more
   // completes.
