@@ -484,7 +484,9 @@ class Membership {
 // A datagram endpoint's UDP socket. Each datagram that arrives whole and well-formed goes to its
 // Owner's deliver() (Incoming: kMsg, `from` the sender's address, `multicast` when it came to a
 // joined group, `via` null), called by the thread that moves the bytes, holding the engine
-// lock. One the owner refuses (deliver() false: no receive and no room to buffer it) is dropped,
+// lock. One the owner refuses (deliver() false) waits if take_retry() then says only a full CQ
+// stood in the way: it is offered again at every progress round, and nothing more is read from
+// the socket meanwhile. Refused otherwise (no receive and no room to buffer it) it is dropped,
 // as a full socket buffer drops one; so is one that is not fabq's or is damaged. Any thread may
 // call send() and join(). Destroying it takes the engine lock and ends its upcalls; its
 // memberships must be destroyed first.
