@@ -239,6 +239,15 @@ bool rate_client(Side& c, const MsgFormat& f, const MsgFormat& ack, uint64_t war
   return ok && c.drain();
 }
 
+// The server's ack of round (or batch) `number`: 8 bytes from the buffer of a free slot, whose
+// buffers are `n` bytes apart.
+bool send_ack(Side& s, const MsgFormat& ack, size_t n, uint64_t number) {
+  size_t slot = 0;
+  if (!s.acquire(&slot)) return false;
+  ack.stamp(s.local() + slot * n, number, MsgDir::kToClient);
+  return s.send(slot, number, slot * n, ack.size());
+}
+
 // The server keeps a receive posted for each message of the batch to come, into buffer `slot`;
 // a batch's messages arrive in any order, each once.
 bool rate_server(Side& s, const MsgFormat& f, const MsgFormat& ack, uint64_t batches) {
@@ -281,13 +290,7 @@ bool rate_server(Side& s, const MsgFormat& f, const MsgFormat& ack, uint64_t bat
       arrived.clear();
     }
     // The next batch's receives before the ack that lets it come.
-    ok = ok && (b == batches || post_batch());
-    size_t slot = 0;
-    ok = ok && s.acquire(&slot);
-    if (ok) {
-      ack.stamp(s.local() + slot * n, b, MsgDir::kToClient);
-      ok = s.send(slot, b, slot * n, ack.size());
-    }
+    ok = ok && (b == batches || post_batch()) && send_ack(s, ack, n, b);
   }
   s.on_done(nullptr);  // it refers to this frame
   return ok;
@@ -414,12 +417,7 @@ bool bw_server(Side& s, const MsgFormat& f, const MsgFormat& ack, uint64_t ops) 
       ok = ok && repost();
     }
     first += ops;
-    size_t slot = 0;
-    ok = ok && s.acquire(&slot);
-    if (ok) {
-      ack.stamp(s.local() + slot * n, round, MsgDir::kToClient);
-      ok = s.send(slot, round, slot * n, ack.size());
-    }
+    ok = ok && send_ack(s, ack, n, round);
   }
   s.on_done(nullptr);  // it refers to this frame
   return ok;
