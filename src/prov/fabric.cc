@@ -129,6 +129,7 @@ Transport* Fabric::transport() {
         .shm = p.shm != 0,
         .direct_min = p.shm_direct_min,
         .direct_msg_min = p.shm_direct_msg_min,
+        .direct_msg_idle_min = p.shm_direct_msg_idle_min,
         .share_min = p.shm_share_min,
         .cm_backlog = p.cm_backlog,
         // Holding none of the transport's locks, nor the provider's (xport/transport.h).

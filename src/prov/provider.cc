@@ -103,6 +103,12 @@ extern "C" FI_EXT_INI {
                   "ring; 0: never. Where the kernel does not allow it, messages go through the "
                   "ring",
                   /*allow_zero=*/true);
+  define_and_read("shm_direct_msg_idle_min", &g_params.shm_direct_msg_idle_min,
+                  "Bytes from which a message between processes of one host is copied that way "
+                  "when nothing else is on its way to that peer (no send queued, the ring read "
+                  "to its end, no such message unacknowledged); 0: only from "
+                  "shm_direct_msg_min",
+                  /*allow_zero=*/true);
   define_and_read("shm_share_min", &g_params.shm_share_min,
                   "Bytes from which the target of such a direct copy lets the initiator's "
                   "process copy the second half itself, so that both processes copy at once; "

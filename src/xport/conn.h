@@ -229,6 +229,9 @@ class Conn final : public Connection, public Pollable {
   shm::Segment seg_;
   bool shm_agreed_ FABQ_GUARDED_BY(mu_) = false;
   bool shm_connecting_ FABQ_GUARDED_BY(mu_) = false;  // this side created seg_
+  // A message came from the peer since this side last sent anything: the two take turns, as
+  // in a request and its reply, rather than one streaming to the other (go_direct_locked()).
+  bool heard_ FABQ_GUARDED_BY(mu_) = false;
   // The peer's pid, proved (shm.h): this side serves its direct requests. 0: it does not.
   int direct_peer_pid_ FABQ_GUARDED_BY(mu_) = 0;
   // The direct requests sent and not answered whose part the peer may offer, in the order of

@@ -273,6 +273,11 @@ bool Ring::arm_consumer() {
   return true;
 }
 
+bool Ring::drained() {
+  head_seen_ = ctl_->head.load(std::memory_order_acquire);
+  return head_seen_ == ctl_->tail.load(std::memory_order_relaxed);
+}
+
 bool Ring::readable() const {
   return ctl_->tail.load(std::memory_order_relaxed) != ctl_->head.load(std::memory_order_relaxed);
 }

@@ -203,6 +203,10 @@ class Ring {
   // fails the connection.
   bool arm_consumer();
 
+  // Producer: the consumer has taken every byte written so far (acquire: nothing it read is
+  // still being read). Reads the consumer's head, one cache line of the other side's.
+  bool drained();
+
   // Lock-free hints for the progress engine (relaxed loads; a stale answer only delays work
   // to the next round, and a sleeper is covered by arm_*()).
   bool readable() const;

@@ -109,6 +109,10 @@ constexpr Expected kParams[] = {
     {"FI_FABQ_CQ_DEFAULT_SIZE", "cq_default_size", "1024"},
     {"FI_FABQ_CNTR_MAX_COUNT", "cntr_max_count", "256"},
     {"FI_FABQ_SPIN_US", "spin_us", "20"},
+    {"FI_FABQ_SHM_DIRECT_MIN", "shm_direct_min", "16384"},
+    {"FI_FABQ_SHM_DIRECT_MSG_MIN", "shm_direct_msg_min", "262144"},
+    {"FI_FABQ_SHM_DIRECT_MSG_IDLE_MIN", "shm_direct_msg_idle_min", "32768"},
+    {"FI_FABQ_SHM_SHARE_MIN", "shm_share_min", "262144"},
 };
 
 // libfabric 1.17 names parameters "FI_<PROV>_<NAME>" in upper case; accept the

@@ -122,7 +122,9 @@ TEST_P(TransportTest, MessagesOfEverySizeArriveIntactAndAreReportedWritten) {
   ASSERT_TRUE(pump([&] { return client_.received_count() == 1; }));
   EXPECT_TRUE(client_.received()[0].bytes == back.payload(0));
   EXPECT_EQ(server_.written_count(), 1u);
-  const size_t direct = GetParam() ? 1 : 0;  // the 1 MiB message
+  // The 1 MiB message, and the answer: from direct_msg_idle_min bytes, a message that answers
+  // the peer's on an idle connection is direct too (below).
+  const size_t direct = GetParam() ? 2 : 0;
   EXPECT_TRUE(pump([&] { return client_.ack_count() + server_.ack_count() == direct; }));
   EXPECT_EQ(client_.ack_count() + server_.ack_count(), direct)
       << "kInject waits for no ack but a direct message's";
@@ -315,6 +317,85 @@ TEST_P(TransportTest, ADirectMessageIsTheSendersUntilItsReceiverHasCopiedIt) {
   EXPECT_EQ(server_.received()[0].in.len, 300000u);
   EXPECT_FALSE(client_.acks()[0].delivered) << "received: kInject asks no more";
   EXPECT_EQ(asyncs(server_), std::vector<std::string>{"COMM_EST"});
+}
+
+// Between direct_msg_idle_min and direct_msg_min bytes, a message is direct only when it answers
+// the peer on a connection with nothing else on its way; one that follows this side's own last
+// message (a stream) goes through the ring, where the two processes copy at once.
+TEST_P(TransportTest, AnAnswerOnAnIdleConnectionIsDirectFromTheIdleMinimumAndAStreamIsNot) {
+  if (!GetParam()) GTEST_SKIP() << "through shared memory only";
+  const size_t kIdle = TransportConfig{}.direct_msg_idle_min;
+  ASSERT_GT(kIdle, 0u);
+  ASSERT_LT(kIdle, TransportConfig{}.direct_msg_min);
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  Outbox out, back;
+  // The first message of the connection answers nothing: through the ring.
+  TxOp* first = out.make(pattern(kIdle, 1), 1);
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), first));
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 1; }));
+  EXPECT_FALSE(first->direct) << "it answers no message of the peer's";
+  // The answer: direct. One byte less would not be.
+  TxOp* answer = back.make(pattern(kIdle, 2), 1);
+  ASSERT_NO_FATAL_FAILURE(send(server_, p.server.get(), answer));
+  EXPECT_TRUE(answer->direct);
+  // Sent right after it, without a message from the peer in between: through the ring.
+  TxOp* follow = back.make(pattern(kIdle, 3), 2);
+  ASSERT_NO_FATAL_FAILURE(send(server_, p.server.get(), follow));
+  EXPECT_FALSE(follow->direct) << "a second message in a row is a stream";
+  ASSERT_TRUE(pump([&] { return client_.received_count() == 2 && server_.ack_count() == 1; }));
+  EXPECT_TRUE(client_.received()[0].bytes == back.payload(0));
+  EXPECT_TRUE(client_.received()[1].bytes == back.payload(1));
+  // The client answers with one byte less than the minimum: through the ring.
+  TxOp* small = out.make(pattern(kIdle - 1, 4), 2);
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), small));
+  EXPECT_FALSE(small->direct);
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 2; }));
+  EXPECT_TRUE(server_.received()[1].bytes == out.payload(1));
+}
+
+// While the peer has not read all this side wrote, an answer is not alone on its way.
+TEST_P(TransportTest, AnAnswerWhileThePeerHasNotReadAllThisSideWroteGoesThroughTheRing) {
+  if (!GetParam()) GTEST_SKIP() << "through shared memory only";
+  ASSERT_NO_FATAL_FAILURE(second_transport());  // the client's progress is the test's to hold
+  const size_t kIdle = TransportConfig{}.direct_msg_idle_min;
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  Outbox out, back;
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), out.make("ping", 1)));
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 1; }));
+  tick_second_ = false;  // the client reads nothing from here on
+  TxOp* unread = back.make("unread", 1);
+  ASSERT_NO_FATAL_FAILURE(send(server_, p.server.get(), unread));
+  EXPECT_FALSE(unread->direct);
+  // The server hears from the client again, while its own last frame is still in the ring.
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), out.make("again", 2)));
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 2; }));
+  TxOp* answer = back.make(pattern(kIdle, 5), 2);
+  ASSERT_NO_FATAL_FAILURE(send(server_, p.server.get(), answer));
+  EXPECT_FALSE(answer->direct) << "the peer has not read what this side wrote before";
+  tick_second_ = true;
+  ASSERT_TRUE(pump([&] { return client_.received_count() == 2; }));
+  EXPECT_TRUE(client_.received()[1].bytes == back.payload(1));
+}
+
+// direct_msg_idle_min 0: below direct_msg_min every message goes through the ring.
+class NoIdleDirectTest : public TransportTest {
+  void configure(TransportConfig* c) override { c->direct_msg_idle_min = 0; }
+};
+INSTANTIATE_TEST_SUITE_P(, NoIdleDirectTest, ::testing::Values(true), tcp_or_shm);
+
+TEST_P(NoIdleDirectTest, AnAnswerGoesThroughTheRingBelowTheDirectMinimum) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  Outbox out, back;
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), out.make("ping", 1)));
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 1; }));
+  TxOp* answer = back.make(pattern(TransportConfig{}.direct_msg_min - 1, 2), 1);
+  ASSERT_NO_FATAL_FAILURE(send(server_, p.server.get(), answer));
+  EXPECT_FALSE(answer->direct);
+  ASSERT_TRUE(pump([&] { return client_.received_count() == 1; }));
+  EXPECT_TRUE(client_.received()[0].bytes == back.payload(0));
 }
 
 TEST_P(TransportTest, ADirectMessageWhoseBuffersCannotBeReadFailsOnlyItsConnection) {
