@@ -1,6 +1,7 @@
 #include "prov/recv_queue.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace fabq::prov {
 
@@ -12,10 +13,17 @@ RecvQueue::RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected
     : capacity_(capacity),
       max_bytes_(unexpected_bytes),
       max_count_(unexpected_count),
+      large_(unexpected_bytes),
       pool_(std::pmr::pool_options{.max_blocks_per_chunk = kChunkBlocks,
                                    .largest_required_pool_block = kPooledPayload}),
       unexpected_(&pool_) {
   posted_.reserve(capacity);
+}
+
+RecvQueue::~RecvQueue() {
+  for (Unexpected& u : unexpected_) {
+    if (u.in.len > kPooledPayload) large_.give(std::exchange(u.data, nullptr), u.in.len);
+  }
 }
 
 void RecvQueue::make_multi(PostedRecv* r, size_t min) {
@@ -101,14 +109,22 @@ Unexpected* RecvQueue::add_unexpected(Endpoint* from, const Incoming& in) {
   Unexpected& u = unexpected_.emplace_back();
   u.from = from;
   u.in = in;
-  if (in.len > 0) u.data = static_cast<unsigned char*>(pool_.allocate(in.len, 1));
+  if (in.len > kPooledPayload) {
+    u.data = large_.take(in.len);
+  } else if (in.len > 0) {
+    u.data = static_cast<unsigned char*>(pool_.allocate(in.len, 1));
+  }
   unexpected_bytes_ += in.len;
   return &u;
 }
 
 void RecvQueue::retire(std::pmr::list<Unexpected>::iterator it) {
   unexpected_bytes_ -= it->in.len;
-  if (it->data != nullptr) pool_.deallocate(it->data, it->in.len, 1);
+  if (it->in.len > kPooledPayload) {
+    large_.give(it->data, it->in.len);
+  } else if (it->data != nullptr) {
+    pool_.deallocate(it->data, it->in.len, 1);
+  }
   unexpected_.erase(it);
 }
 

@@ -24,8 +24,9 @@
 // owns. A consumed message's memory returns to the pool, not to the heap, so once the queue has
 // held its peak number of messages, buffering as many again allocates nothing. The pool grows in
 // chunks of at most kChunkBlocks entries or payloads and keeps what it grew to until the queue is
-// destroyed: at most its peak (both limits above) plus one chunk per size. Larger payloads are
-// allocated per message and freed when the message is consumed.
+// destroyed: at most its peak (both limits above) plus one chunk per size. Larger payloads come
+// from a core::PayloadCache, which keeps them when the message is consumed, up to the byte limit
+// in all, for the next message of their size.
 //
 // Thread safety: none; the owner's lock guards it.
 #pragma once
@@ -40,6 +41,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/payload_cache.h"
 #include "prov/api_version.h"
 #include "xport/transport.h"
 
@@ -136,6 +138,9 @@ struct MultiBuf {
 class RecvQueue {
  public:
   RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected_count);
+  ~RecvQueue();
+  RecvQueue(const RecvQueue&) = delete;
+  RecvQueue& operator=(const RecvQueue&) = delete;
 
   size_t posted() const { return posted_.size(); }
   bool full() const { return posted_.size() >= capacity_; }
@@ -225,7 +230,9 @@ class RecvQueue {
   std::vector<PostedRecv> posted_;
   std::vector<MultiBuf> multis_;
   uint32_t next_multi_ = 1;
-  // Before unexpected_: outlives its nodes. Destroyed, it frees every payload still out.
+  // Before unexpected_: outlive its nodes. The pool, destroyed, frees every payload still out;
+  // the cache gets back its own in ~RecvQueue().
+  core::PayloadCache large_;
   std::pmr::unsynchronized_pool_resource pool_;
   std::pmr::list<Unexpected> unexpected_;
   size_t unexpected_bytes_ = 0;

@@ -118,8 +118,15 @@ class NoAllocation : public PairTest {
 
 TEST_F(NoAllocation, MessagesThatArriveBeforeTheirReceiveReuseTheMemoryOfAnEarlierBacklog) {
   // More messages than one growth step of the pool (256), and at 4 KiB more bytes than a
-  // quarter of FI_FABQ_UNEXPECTED_BYTES (16 MiB by default).
-  for (const auto& [size, count] : {std::pair<size_t, size_t>{8, 300}, {64, 300}, {4096, 1100}}) {
+  // quarter of FI_FABQ_UNEXPECTED_BYTES (16 MiB by default); beyond 4 KiB, payloads the pool does
+  // not hold, through the ring and (from 256 KiB) copied from the sender's memory, up to 12 MiB
+  // of them waiting at once.
+  for (const auto& [size, count] : {std::pair<size_t, size_t>{8, 300},
+                                    {64, 300},
+                                    {4096, 1100},
+                                    {4097, 300},
+                                    {65536, 100},
+                                    {(1u << 20) + 4097, 11}}) {
     SCOPED_TRACE(size);
     size_buffers(count, size);
     (void)round(count, size);  // the first backlog of its size may allocate
