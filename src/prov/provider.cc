@@ -105,8 +105,8 @@ extern "C" FI_EXT_INI {
                   /*allow_zero=*/true);
   define_and_read("shm_direct_msg_idle_min", &g_params.shm_direct_msg_idle_min,
                   "Bytes from which a message between processes of one host is copied that way "
-                  "when nothing else is on its way to that peer (no send queued, the ring read "
-                  "to its end, no such message unacknowledged); 0: only from "
+                  "when it answers one of the peer's and nothing else is on its way to it (no "
+                  "send queued, all written before read by the peer); 0: only from "
                   "shm_direct_msg_min",
                   /*allow_zero=*/true);
   define_and_read("shm_share_min", &g_params.shm_share_min,

@@ -66,9 +66,10 @@ struct TransportConfig {
   // stream of messages the ring's two copies run on both cores at once, where a direct copy
   // below share_min is the receiver's alone.
   size_t direct_msg_min = 256 * 1024;
-  // ... and from this many bytes on (0: only from direct_msg_min), a message to a peer to which
-  // nothing else is on its way: no send queued, the ring read to its end, no direct message
-  // unacknowledged. Alone, a message is faster copied once than twice.
+  // ... and from this many bytes on (0: only from direct_msg_min), a message that answers the
+  // peer (a message came from it since this side last sent) with nothing else on its way to it:
+  // no send queued, the ring read to its end. Alone, a message is faster copied once than twice;
+  // the next one sent without an answer in between (a stream) goes through the ring.
   size_t direct_msg_idle_min = 32768;
   // From this many bytes on, the target of a direct copy offers the initiator's process a part
   // of it to copy, so both copy at once (shm.h "Sharing a copy"); 0: never.
