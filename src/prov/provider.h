@@ -41,7 +41,7 @@ struct Params {
   size_t shm = 1;                      // FI_FABQ_SHM: same-host connections move data in shm
   size_t shm_direct_min = 16384;       // FI_FABQ_SHM_DIRECT_MIN: RMA copied directly from here
   size_t shm_direct_msg_min = 256 * 1024;  // FI_FABQ_SHM_DIRECT_MSG_MIN: messages, from here
-  size_t shm_direct_msg_idle_min = 32768;  // FI_FABQ_SHM_DIRECT_MSG_IDLE_MIN: ... when idle
+  size_t shm_direct_msg_idle_min = 16384;  // FI_FABQ_SHM_DIRECT_MSG_IDLE_MIN: ... when idle
   size_t shm_share_min = 256 * 1024;       // FI_FABQ_SHM_SHARE_MIN: both processes copy from here
   size_t cm_backlog = 1024;                // FI_FABQ_CM_BACKLOG: per listener, in handshake at once
   size_t mr_scalable = 0;  // FI_FABQ_MR_SCALABLE: no mr_mode bits, whatever the hints accept

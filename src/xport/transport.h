@@ -70,7 +70,7 @@ struct TransportConfig {
   // peer (a message came from it since this side last sent) with nothing else on its way to it:
   // no send queued, the ring read to its end. Alone, a message is faster copied once than twice;
   // the next one sent without an answer in between (a stream) goes through the ring.
-  size_t direct_msg_idle_min = 32768;
+  size_t direct_msg_idle_min = 16384;
   // From this many bytes on, the target of a direct copy offers the initiator's process a part
   // of it to copy, so both copy at once (shm.h "Sharing a copy"); 0: never.
   size_t share_min = 256 * 1024;

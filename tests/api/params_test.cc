@@ -111,7 +111,7 @@ constexpr Expected kParams[] = {
     {"FI_FABQ_SPIN_US", "spin_us", "20"},
     {"FI_FABQ_SHM_DIRECT_MIN", "shm_direct_min", "16384"},
     {"FI_FABQ_SHM_DIRECT_MSG_MIN", "shm_direct_msg_min", "262144"},
-    {"FI_FABQ_SHM_DIRECT_MSG_IDLE_MIN", "shm_direct_msg_idle_min", "32768"},
+    {"FI_FABQ_SHM_DIRECT_MSG_IDLE_MIN", "shm_direct_msg_idle_min", "16384"},
     {"FI_FABQ_SHM_SHARE_MIN", "shm_share_min", "262144"},
 };
 
