@@ -13,7 +13,7 @@ set key noenhanced
 set title 'One-way latency, p50: MSG, RDM and RMA write ping-pongs'
 set ylabel 'microseconds'
 set yrange [0.1:*]
-plot 'bench-msg-latency.dat' using 2:xtic(1) title columnheader(2) lt 1, 'bench-msg-latency.dat' using 3 title columnheader(3) lt 2, 'bench-msg-latency.dat' using 4 title columnheader(4) lt 3, 'bench-msg-latency.dat' using 5 title columnheader(5) lt 4, 'bench-msg-latency.dat' using 6 title columnheader(6) lt 5
+plot 'bench-msg-latency.dat' using 2:xtic(1) title columnheader(2) lt 1, 'bench-msg-latency.dat' using 3 title columnheader(3) lt 2, 'bench-msg-latency.dat' using 4 title columnheader(4) lt 3, 'bench-msg-latency.dat' using 5 title columnheader(5) lt 4
 set title 'Bandwidth: RDM messages and RMA (higher is better)'
 set ylabel 'GB/s'
 set yrange [0.001:*]
