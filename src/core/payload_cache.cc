@@ -26,6 +26,10 @@ size_t PayloadCache::class_index(size_t size) {
   return 4 * lg + ((size >> (lg - 2)) & 3);
 }
 
+size_t PayloadCache::class_bytes(size_t index) {
+  return (size_t{4} + (index & 3)) << (index / 4 - 2);
+}
+
 unsigned char* PayloadCache::take(size_t n) {
   const size_t size = class_size(n);
   Free*& head = free_[class_index(size)];
@@ -46,7 +50,7 @@ void PayloadCache::give(unsigned char* p, size_t n) {
   for (size_t i = free_.size(); kept_ + size > keep_ && i-- > 0;) {
     while (i != index && free_[i] != nullptr && kept_ + size > keep_) {
       ::operator delete(std::exchange(free_[i], free_[i]->next));
-      kept_ -= (size_t{4} + (i & 3)) << (i / 4 - 2);
+      kept_ -= class_bytes(i);
     }
   }
   if (kept_ + size > keep_) {

@@ -44,6 +44,7 @@ class PayloadCache {
     Free* next;
   };
   static size_t class_index(size_t size);
+  static size_t class_bytes(size_t index);  // class_index()'s inverse
 
   const size_t keep_;
   size_t kept_ = 0;

@@ -131,9 +131,12 @@ bool DgramSocket::poll_read() {
 
 bool DgramSocket::offer_pending() {
   if (!owner_->deliver(pending_in_, buf_.get() + dgram::kHeaderSize) && owner_->take_retry()) {
+    // Only the receive CQ stood in the way: kept until the application reads it.
     engine_->schedule(this);
     return false;
   }
+  // Taken, or refused for want of a receive and of room to buffer it: dropped, as a full
+  // socket buffer drops one.
   pending_ = false;
   return true;
 }
@@ -157,15 +160,9 @@ void DgramSocket::read_one(int fd, bool multicast) {
   in.len = h.length;
   in.from = from;
   in.multicast = multicast;
-  if (owner_->deliver(in, buf_.get() + dgram::kHeaderSize)) return;
-  if (owner_->take_retry()) {
-    // Only the receive CQ stood in the way: kept until the application reads it.
-    pending_ = true;
-    pending_in_ = in;
-    engine_->schedule(this);
-  }
-  // Else refused for want of a receive and of room to buffer it: dropped, as a full socket
-  // buffer drops one.
+  pending_in_ = in;
+  pending_ = true;
+  (void)offer_pending();
 }
 
 std::unique_ptr<Membership> DgramSocket::join(const sockaddr_in& group, int* err) {

@@ -57,8 +57,8 @@ class DgramSocket final : public Pollable, public Datagram {
   // its CQ. Engine lock.
   bool pending_ = false;
   Incoming pending_in_;
-  // Offers the pending datagram again: true when none is pending any more (taken, or refused
-  // for another reason than a full CQ, and dropped).
+  // Offers the pending datagram (read now, or kept from before) to the owner: true when none is
+  // pending any more (taken, or refused for another reason than a full CQ, and dropped).
   bool offer_pending();
 };
 
