@@ -131,6 +131,7 @@ Transport* Fabric::transport() {
         .direct_msg_min = p.shm_direct_msg_min,
         .direct_msg_idle_min = p.shm_direct_msg_idle_min,
         .share_min = p.shm_share_min,
+        .adapt_copies = p.shm_adapt != 0,
         .cm_backlog = p.cm_backlog,
         // Holding none of the transport's locks, nor the provider's (xport/transport.h).
         .after_round = [](void* fabric) { static_cast<Fabric*>(fabric)->outbox().publish(); },

@@ -106,13 +106,18 @@ extern "C" FI_EXT_INI {
   define_and_read("shm_direct_msg_idle_min", &g_params.shm_direct_msg_idle_min,
                   "Bytes from which a message between processes of one host is copied that way "
                   "when it answers one of the peer's and nothing else is on its way to it (no "
-                  "send queued, all written before read by the peer); 0: only from "
-                  "shm_direct_msg_min",
+                  "send queued, all written before read by the peer but an acknowledgement); 0: "
+                  "only from shm_direct_msg_min",
                   /*allow_zero=*/true);
   define_and_read("shm_share_min", &g_params.shm_share_min,
                   "Bytes from which the target of such a direct copy lets the initiator's "
                   "process copy the second half itself, so that both processes copy at once; "
                   "0: the target copies it all",
+                  /*allow_zero=*/true);
+  define_and_read("shm_adapt", &g_params.shm_adapt,
+                  "1: a message or RMA write that the sizes above let go direct takes the shared "
+                  "ring instead wherever its receiver measured the ring faster on this machine "
+                  "(it keeps measuring both ways); 0: direct whenever those sizes say",
                   /*allow_zero=*/true);
   define_and_read("cm_backlog", &g_params.cm_backlog,
                   "Connections a passive endpoint or RDM endpoint holds at once between their "

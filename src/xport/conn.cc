@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "core/atomic_op.h"
 #include "core/sockaddr.h"
@@ -35,7 +36,6 @@ constexpr size_t kSendRing = 1024;
 constexpr int kIovBatch = 16;
 constexpr uint32_t kIn = EPOLLIN;
 constexpr uint32_t kOut = EPOLLOUT;
-// How long the target of a shared copy waits for the initiator to finish its part.
 
 bool is_data(wire::Op op) {
   return op == wire::Op::kMsg || op == wire::Op::kTagged;
@@ -400,11 +400,24 @@ bool Conn::go_direct_locked(TxOp* op, wire::Header* h) {
   const size_t len = write ? op->len : op->result_len;
   if (count > wire::kMaxDirectEntries || !seg_.peer_serves(shm_connecting_)) return false;
   // A message that answers the peer's, on a connection with nothing else on its way (no send
-  // queued, the ring read to its end, which includes the copy of an earlier direct message),
-  // goes direct from a lower size: alone, one copy on the receiver's core is faster than the
-  // ring's two, which pay off when messages follow one another and the two cores copy at once.
-  if (len < min && !(send && config.direct_msg_idle_min != 0 && len >= config.direct_msg_idle_min &&
-                     heard_ && send_count_ == 0 && tx_ring_.drained())) {
+  // queued, the ring read to its end, which includes the copy of an earlier direct message,
+  // but for the acknowledgement of the peer's last one), may go direct from a lower size:
+  // alone, one copy on the receiver's core may be faster than the ring's two, which pay off
+  // when messages follow one another and the two cores copy at once.
+  const bool idle = len < min;
+  if (idle && !(send && config.direct_msg_idle_min != 0 && len >= config.direct_msg_idle_min &&
+                heard_ && send_count_ == 0)) {
+    return false;
+  }
+  // Either way works from here: the one the receiver measured faster (xport/copy_choice.h).
+  // The ring's head, a line of the peer's, is read only when the turn is the direct way's; a
+  // ring the peer has not read keeps the turn for the next message.
+  const auto alone = [&] { return !idle || tx_ring_.unread_at_most(wire::kHeaderSize); };
+  if (write && config.adapt_copies) {
+    if (planner_.choose(len, seg_.peer_advice(shm_connecting_), alone) == CopyPath::kRing) {
+      return false;
+    }
+  } else if (!alone()) {
     return false;
   }
   size_t entries = 0;
@@ -778,8 +791,19 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       }
       if (framer_.frame_done()) {
         if (!frame_done_locked()) {
+          rx_timed_at_ = 0;  // stalled: its time is the application's
           *used = off;
           return false;
+        }
+        if (rx_timed_at_ != 0) {
+          // Read as it came: the sender had copied rx_timed_seen_ bytes before this side saw
+          // the header. A frame caught in its first chunk is charged for them at the rate this
+          // side measured; one that was mostly there when seen is charged what it cost here.
+          const uint64_t len = h.length;
+          const uint64_t seen = std::min<uint64_t>(rx_timed_seen_, len);
+          uint64_t ns = copy_clock_ns() - std::exchange(rx_timed_at_, 0);
+          if (seen <= shm::kPublishEvery && len != 0) ns += ns * seen / len;
+          note_copy_locked(len, CopyPath::kRing, ns);
         }
         framer_.next_frame();
         have_place_ = false;
@@ -829,9 +853,15 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       // upcall, past the framer. A MSG connection's first one raises COMM_EST once placed
       // (frame_done_locked()), and a frame split between reads is placed as it comes: below.
       incoming_locked(whole);
+      const uint64_t started =
+          timed_locked(whole.op, CopyPath::kRing, whole.length) ? copy_clock_ns() : 0;
       if (!deliver_locked(p + off + wire::kHeaderSize)) {
         *used = off;  // taken again, header and all, when the stall ends
         return false;
+      }
+      // Whole in the ring when first seen: what the ring cost this side is its copy out.
+      if (started != 0) {
+        note_copy_locked(whole.length, CopyPath::kRing, copy_clock_ns() - started);
       }
       off += wire::kHeaderSize + whole.length;
       continue;
@@ -853,6 +883,10 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
     if (is_placed(h)) {
       incoming_locked(h);
       have_place_ = false;
+      if (timed_locked(h.op, CopyPath::kRing, h.length)) {
+        rx_timed_at_ = copy_clock_ns();
+        rx_timed_seen_ = n - off;
+      }
     }
     placed_ = 0;
   }
@@ -967,7 +1001,12 @@ bool Conn::answer_request_locked(const wire::Header& h) {
     if (seg_.peer_serves(shm_connecting_) && seg_.peer_reaches()) {
       copy.share(&seg_, shm_connecting_, h.seq, engine_->config().share_min, fd_.get());
     }
+    const bool timed = write && timed_locked(h.op, CopyPath::kDirect, copy.len());
+    const uint64_t started = timed ? copy_clock_ns() : 0;
     const RmaStatus status = owner()->remote_access(a, nullptr);
+    if (timed && status == RmaStatus::kOk) {
+      note_copy_locked(copy.len(), CopyPath::kDirect, copy_clock_ns() - started);
+    }
     if (copy.stuck()) {
       fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR,
                   "the peer took part of a direct copy and did not finish it");
@@ -1026,6 +1065,7 @@ bool Conn::deliver_locked(const unsigned char* bytes) {
 
 bool Conn::stall_locked() {
   stalled_ = true;
+  rx_timed_at_ = 0;
   update_interest_locked();
   if (owner() != nullptr && owner()->take_retry()) engine_->schedule(this);
   return false;
@@ -1048,6 +1088,8 @@ bool Conn::deliver_direct_locked(const wire::Header& h) {
                                       : "a direct message longer than the largest message");
     return false;
   }
+  const bool timed = timed_locked(h.op, CopyPath::kDirect, copy.len());
+  const uint64_t started = timed ? copy_clock_ns() : 0;
   heard_ = true;
   in_ = Incoming{};
   in_.kind = InKind::kMsg;
@@ -1085,6 +1127,7 @@ bool Conn::deliver_direct_locked(const wire::Header& h) {
                              : "a direct message whose bytes this process could not copy");
     return false;
   }
+  if (timed) note_copy_locked(copy.len(), CopyPath::kDirect, copy_clock_ns() - started);
   return true;
 }
 

@@ -33,6 +33,7 @@
 #include "core/mutex.h"
 #include "core/thread_annotations.h"
 #include "core/unique_fd.h"
+#include "xport/copy_choice.h"
 #include "xport/engine.h"
 #include "xport/handshake.h"
 #include "xport/shm.h"
@@ -134,6 +135,12 @@ class Conn final : public Connection, public Pollable {
   bool deliver_direct_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   // submit(): makes `op` a direct request (wire.h kDirect) when it may be one; true if so.
   bool go_direct_locked(TxOp* op, wire::Header* h) FABQ_REQUIRES(mu_);
+  // Copy choice (xport/copy_choice.h), the receiver's side. Whether a frame of `op` that brings
+  // len bytes `path`'s way is timed for the advisor: a message or write, from the smallest size
+  // that may go direct, that the advisor wants a sample of. note_copy_locked() records one that
+  // took ns and publishes the advice if that changed it.
+  bool timed_locked(wire::Op op, CopyPath path, size_t len) FABQ_REQUIRES(mu_);
+  void note_copy_locked(size_t len, CopyPath path, uint64_t ns) FABQ_REQUIRES(mu_);
   // Sharing a copy (shm.h). The initiator's side: remembers a direct request the peer may offer
   // a part of; copies the part the peer offers, if it is one of those; forgets the request
   // answered now.
@@ -232,6 +239,14 @@ class Conn final : public Connection, public Pollable {
   // A message came from the peer since this side last sent anything: the two take turns, as
   // in a request and its reply, rather than one streaming to the other (go_direct_locked()).
   bool heard_ FABQ_GUARDED_BY(mu_) = false;
+  // Copy choice (xport/copy_choice.h): this side's measurements of the peer's large frames
+  // and the advice they give it; this side's turns in following the peer's advice.
+  CopyAdvisor advisor_ FABQ_GUARDED_BY(mu_);
+  CopyPlanner planner_ FABQ_GUARDED_BY(mu_);
+  // The ring frame being timed: when its header was read (0: none is) and how many of its
+  // payload bytes were in the ring then.
+  uint64_t rx_timed_at_ FABQ_GUARDED_BY(mu_) = 0;
+  size_t rx_timed_seen_ FABQ_GUARDED_BY(mu_) = 0;
   // The peer's pid, proved (shm.h): this side serves its direct requests. 0: it does not.
   int direct_peer_pid_ FABQ_GUARDED_BY(mu_) = 0;
   // The direct requests sent and not answered whose part the peer may offer, in the order of

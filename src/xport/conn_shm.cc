@@ -168,6 +168,29 @@ void Conn::take_share_locked() {
   if (copied) op->shared = true;
 }
 
+bool Conn::timed_locked(wire::Op op, CopyPath path, size_t len) {
+  const TransportConfig& c = engine_->config();
+  if (!rx_shm_ || !c.adapt_copies || direct_peer_pid_ == 0) return false;
+  if (op != wire::Op::kMsg && op != wire::Op::kTagged && op != wire::Op::kWrite) return false;
+  // From the smallest size this side's sends may go direct at: the peer's are the same unless
+  // the two were configured apart, and a class never timed only keeps the peer exploring.
+  size_t min = 0;
+  for (const size_t m : {c.direct_min, c.direct_msg_idle_min, c.direct_msg_min}) {
+    if (m != 0 && (min == 0 || m < min)) min = m;
+  }
+  return min != 0 && len >= min && advisor_.wants(len, path);
+}
+
+void Conn::note_copy_locked(size_t len, CopyPath path, uint64_t ns) {
+  if (!advisor_.record(len, path, ns)) return;
+  const uint64_t advice = advisor_.advice();
+  seg_.advise_peer(shm_connecting_, advice);
+  char what[160];
+  format_advice(advice, what, sizeof what);
+  engine_->log(LogLevel::kInfo, "copy advice for sends from %s:%u: %s\n", inet_ntoa(peer_.sin_addr),
+               ntohs(peer_.sin_port), what);
+}
+
 // Reads the peer's frames from the ring until it is empty, the connection stalls or ends.
 void Conn::read_shm_locked() {
   bool bell = false;

@@ -77,6 +77,14 @@ enum ShareState : uint64_t {
 };
 constexpr uint64_t kStateMask = 7;
 
+// Copy advice (xport/copy_choice.h): cell i is written by side i, for the peer's sends to it.
+constexpr size_t kAdviceOffset = kShareOffset + 2 * sizeof(ShareSlot);
+static_assert(kAdviceOffset == 704 && kAdviceOffset + 64 <= kDataOffset, "the layout in shm.h");
+std::atomic<uint64_t>& advice_cell(void* base, int i) {
+  return reinterpret_cast<std::atomic<uint64_t>*>(static_cast<unsigned char*>(base) +
+                                                  kAdviceOffset)[i];
+}
+
 // Slot i holds the offers of side i as a target (0: the connecting side).
 ShareSlot& share_slot(void* base, int i) {
   return reinterpret_cast<ShareSlot*>(static_cast<unsigned char*>(base) + kShareOffset)[i];
@@ -273,9 +281,9 @@ bool Ring::arm_consumer() {
   return true;
 }
 
-bool Ring::drained() {
+bool Ring::unread_at_most(size_t n) {
   head_seen_ = ctl_->head.load(std::memory_order_acquire);
-  return head_seen_ == ctl_->tail.load(std::memory_order_relaxed);
+  return ctl_->tail.load(std::memory_order_relaxed) - head_seen_ <= n;
 }
 
 bool Ring::readable() const {
@@ -432,7 +440,10 @@ Segment Segment::create() {
   }
   if (!s.named_) return s;
   if (ftruncate(s.lock_.get(), static_cast<off_t>(kSegmentBytes)) != 0) return s;
-  void* base = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.lock_.get(), 0);
+  // Populated: the first pass through each ring would otherwise fault its pages in, in both
+  // processes, one message at a time.
+  void* base = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                    s.lock_.get(), 0);
   if (base == MAP_FAILED) return s;
   // A fresh shm object is zero-filled: both rings start empty with no flag set.
   auto* h = static_cast<SegmentHeader*>(base);
@@ -458,7 +469,8 @@ Segment Segment::open(uint64_t id, uint64_t nonce) {
       static_cast<size_t>(st.st_size) != kSegmentBytes) {
     return s;
   }
-  void* base = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  void* base =
+      mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
   if (base == MAP_FAILED) return s;
   const auto* h = static_cast<const SegmentHeader*>(base);
   if (h->magic != kSegmentMagic || h->nonce != nonce || h->ring_bytes != kRingBytes) {
@@ -509,6 +521,14 @@ void Segment::serve_peer(bool connecting) {
 
 bool Segment::peer_serves(bool connecting) const {
   return header(base_)->serves[connecting ? 1 : 0].load(std::memory_order_acquire) != 0;
+}
+
+void Segment::advise_peer(bool connecting, uint64_t advice) {
+  advice_cell(base_, connecting ? 0 : 1).store(advice, std::memory_order_relaxed);
+}
+
+uint64_t Segment::peer_advice(bool connecting) const {
+  return advice_cell(base_, connecting ? 1 : 0).load(std::memory_order_relaxed);
 }
 
 bool Segment::reach_peer(bool connecting, int pid) const {

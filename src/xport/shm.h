@@ -26,6 +26,8 @@
 //      576        share slot of the connecting side as a target, then of the accepting side
 //                 (64 bytes each: state word, request seq, offset, address, length, and where
 //                 that side's reach cell is; u64 each)
+//      704        copy advice of the connecting side for its peer's sends, then of the
+//                 accepting side (u64 each; xport/copy_choice.h)
 //     4096        ring 0's bytes, then ring 1's
 //
 // Its name is /fabq-<pid>-<n> (the creator's pid, a counter), which the offer carries as
@@ -203,9 +205,10 @@ class Ring {
   // fails the connection.
   bool arm_consumer();
 
-  // Producer: the consumer has taken every byte written so far (acquire: nothing it read is
-  // still being read). Reads the consumer's head, one cache line of the other side's.
-  bool drained();
+  // Producer: the consumer has taken every byte written so far but at most the last n
+  // (acquire: nothing before those is still being read). Reads the consumer's head, one cache
+  // line of the other side's.
+  bool unread_at_most(size_t n);
 
   // Lock-free hints for the progress engine (relaxed loads; a stale answer only delays work
   // to the next round, and a sleeper is covered by arm_*()).
@@ -281,6 +284,12 @@ class Segment {
   // only hurts itself (it receives requests naming this side's buffers, which the kernel
   // already let it reach).
   bool peer_serves(bool connecting) const;
+
+  // Copy advice (xport/copy_choice.h): this side's for the peer's sends to it, and the peer's
+  // for this side's. Relaxed, lock-free: a stale or forged word only picks the other of two
+  // ways that both work.
+  void advise_peer(bool connecting, uint64_t advice);
+  uint64_t peer_advice(bool connecting) const;
 
   // Sharing a copy (above). The target's side, under its connection's lock: offers part
   // (its word is ignored) and returns the word that names the offer; then settles it, spinning

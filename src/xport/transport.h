@@ -68,12 +68,17 @@ struct TransportConfig {
   size_t direct_msg_min = 256 * 1024;
   // ... and from this many bytes on (0: only from direct_msg_min), a message that answers the
   // peer (a message came from it since this side last sent) with nothing else on its way to it:
-  // no send queued, the ring read to its end. Alone, a message is faster copied once than twice;
-  // the next one sent without an answer in between (a stream) goes through the ring.
+  // no send queued, the ring read to its end but for an acknowledgement. Alone, a message may be
+  // faster copied once than twice; the next one sent without an answer in between (a stream)
+  // goes through the ring.
   size_t direct_msg_idle_min = 16384;
   // From this many bytes on, the target of a direct copy offers the initiator's process a part
   // of it to copy, so both copy at once (shm.h "Sharing a copy"); 0: never.
   size_t share_min = 256 * 1024;
+  // A message or write that may go direct by the sizes above takes the ring or the direct way
+  // by what each costs here, as its receiver measures them (xport/copy_choice.h); false: always
+  // direct, as those sizes say.
+  bool adapt_copies = true;
   size_t cm_backlog = 1024;  // per listener: connections in their handshake at once
   // Called with after_round_arg after every progress round, holding none of the transport's
   // locks: the provider publishes there what its owners' upcalls left in its outbox (the

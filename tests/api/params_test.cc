@@ -113,6 +113,7 @@ constexpr Expected kParams[] = {
     {"FI_FABQ_SHM_DIRECT_MSG_MIN", "shm_direct_msg_min", "262144"},
     {"FI_FABQ_SHM_DIRECT_MSG_IDLE_MIN", "shm_direct_msg_idle_min", "16384"},
     {"FI_FABQ_SHM_SHARE_MIN", "shm_share_min", "262144"},
+    {"FI_FABQ_SHM_ADAPT", "shm_adapt", "1"},
 };
 
 // libfabric 1.17 names parameters "FI_<PROV>_<NAME>" in upper case; accept the

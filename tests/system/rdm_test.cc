@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -19,8 +20,9 @@ namespace {
 // memory, and so from FI_FABQ_SHM_DIRECT_MSG_IDLE_MIN (16 KiB) does the receiver of an answer
 // (every message here but the first); from FI_FABQ_SHM_SHARE_MIN (256 KiB) both processes copy
 // a half: sizes on both sides, and 1 MiB + 4097, whose halves meet at no page boundary of the
-// sender's.
-TEST(RdmSystem, PingPongOfEverySizeBetweenTwoProcessesNamesTheSource) {
+// sender's. Those sizes only make a message eligible: which way it goes is chosen by what each
+// costs (FI_FABQ_SHM_ADAPT), unless that is turned off.
+void ping_pong_of_every_size() {
   const std::vector<size_t> sizes = {0,     1,     8,      64,     4096,    16383,
                                      16384, 65536, 262143, 262144, 1 << 20, (1 << 20) + 4097};
   Peer peer([&](Link& link) {
@@ -56,6 +58,17 @@ TEST(RdmSystem, PingPongOfEverySizeBetweenTwoProcessesNamesTheSource) {
     ASSERT_EQ(r.next_for(nullptr).rc, 1);
   }
   EXPECT_EQ(peer.join(), 0);
+}
+
+TEST(RdmSystem, PingPongOfEverySizeBetweenTwoProcessesNamesTheSource) {
+  ping_pong_of_every_size();
+}
+
+// The same with every eligible message direct, as its size says (both processes: the peer is
+// forked after this).
+TEST(RdmSystem, PingPongOfEverySizeWithDirectCopiesBySizeNamesTheSource) {
+  setenv("FI_FABQ_SHM_ADAPT", "0", 1);
+  ping_pong_of_every_size();
 }
 
 // Large messages sent before their receives are posted wait in the receiver (copied from the

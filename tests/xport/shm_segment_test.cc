@@ -103,6 +103,21 @@ TEST(ShmSegment, OpenWithIdAndNonceMapsTheSameMemoryInBothDirections) {
   EXPECT_TRUE(bell);
 }
 
+// Copy advice (xport/copy_choice.h): what each side advises is what the other reads as its
+// peer's, and neither reads its own.
+TEST(ShmSegment, EachSidesCopyAdviceIsThePeersToRead) {
+  Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  Segment acceptor = Segment::open(creator.id(), creator.nonce());
+  ASSERT_TRUE(acceptor.valid());
+  EXPECT_EQ(creator.peer_advice(true), 0u) << "a fresh segment advises nothing";
+  EXPECT_EQ(acceptor.peer_advice(false), 0u);
+  creator.advise_peer(true, 0x10001);
+  acceptor.advise_peer(false, 0x4);
+  EXPECT_EQ(acceptor.peer_advice(false), 0x10001u);
+  EXPECT_EQ(creator.peer_advice(true), 0x4u);
+}
+
 TEST(ShmSegment, OpenWithAWrongNonceIsInvalidAndLeavesTheNameForTheRightOne) {
   const Segment creator = Segment::create();
   ASSERT_TRUE(creator.valid());

@@ -398,6 +398,77 @@ TEST_P(NoIdleDirectTest, AnAnswerGoesThroughTheRingBelowTheDirectMinimum) {
   EXPECT_TRUE(client_.received()[0].bytes == back.payload(0));
 }
 
+// The copy choice on (xport/copy_choice.h): an answer that may go either way goes the way its
+// receiver measured faster.
+class CopyChoiceTest : public TransportTest {
+  void configure(TransportConfig* c) override { c->adapt_copies = true; }
+};
+INSTANTIATE_TEST_SUITE_P(, CopyChoiceTest, ::testing::Values(true), tcp_or_shm);
+
+// The advice for 64 KiB that the receiver whose peer is `sender` logged last: 'd' direct, 'r'
+// the ring, '?' none.
+char advice_for_64k(const sockaddr_in& sender) {
+  const std::string from =
+      "copy advice for sends from 127.0.0.1:" + std::to_string(ntohs(sender.sin_port)) + ": ";
+  char last = '?';
+  for (const std::string& l : logged()) {
+    if (l.rfind(from, 0) != 0) continue;
+    const size_t at = l.find("64K:", from.size());
+    if (at != std::string::npos) last = l.compare(at + 4, 6, "direct") == 0 ? 'd' : 'r';
+  }
+  return last;
+}
+
+TEST_P(CopyChoiceTest, AnswersOfAClassGoThreeByTheRingThenThreeDirectThenAsTheirReceiverAdvises) {
+  constexpr size_t kLen = 64 * 1024;
+  constexpr int kRounds = 12;
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  // Each side's address as the other's connection knows it.
+  const sockaddr_in client_at = name_of(*p.client);
+  const sockaddr_in server_at = peer_of(*p.client);
+  Outbox out, back;
+  // The first message answers nothing: the ring, without a turn of the choice.
+  TxOp* first = out.make(pattern(kLen, 0), 1);
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), first));
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 1; }));
+  EXPECT_FALSE(first->direct);
+  std::string server_ways, client_ways;
+  for (int i = 0; i < kRounds; ++i) {
+    const char server_advised = advice_for_64k(server_at);  // the client's, for the server
+    TxOp* answer = back.make(pattern(kLen, 2 * i + 1), static_cast<uint32_t>(i + 1));
+    ASSERT_NO_FATAL_FAILURE(send(server_, p.server.get(), answer));
+    server_ways += answer->direct ? 'd' : 'r';
+    if (i >= 6) {
+      EXPECT_EQ(server_ways.back(), server_advised) << "the server's answer " << i;
+    }
+    ASSERT_TRUE(pump([&] { return client_.received_count() == static_cast<size_t>(i + 1); }));
+    EXPECT_TRUE(client_.received()[i].bytes == back.payload(i)) << i;
+
+    const char client_advised = advice_for_64k(client_at);  // the server's, for the client
+    TxOp* reply = out.make(pattern(kLen, 2 * i + 2), static_cast<uint32_t>(i + 2));
+    ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), reply));
+    client_ways += reply->direct ? 'd' : 'r';
+    if (i >= 6) {
+      EXPECT_EQ(client_ways.back(), client_advised) << "the client's answer " << i;
+    }
+    ASSERT_TRUE(pump([&] { return server_.received_count() == static_cast<size_t>(i + 2); }));
+    EXPECT_TRUE(server_.received()[i + 1].bytes == out.payload(i + 1)) << i;
+  }
+  EXPECT_EQ(server_ways.substr(0, 6), "rrrddd");
+  EXPECT_EQ(client_ways.substr(0, 6), "rrrddd");
+  // Three samples of each way are enough for an advice, and each side has logged one.
+  EXPECT_NE(advice_for_64k(server_at), '?');
+  EXPECT_NE(advice_for_64k(client_at), '?');
+  // A direct send is done when its receiver says it copied it.
+  const auto direct = [](const std::string& w) {
+    return static_cast<size_t>(std::count(w.begin(), w.end(), 'd'));
+  };
+  EXPECT_TRUE(pump([&] {
+    return server_.ack_count() == direct(server_ways) && client_.ack_count() == direct(client_ways);
+  }));
+}
+
 TEST_P(TransportTest, ADirectMessageWhoseBuffersCannotBeReadFailsOnlyItsConnection) {
   if (!GetParam()) GTEST_SKIP() << "through shared memory only";
   Pair p;

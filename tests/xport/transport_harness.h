@@ -223,6 +223,8 @@ class Harness : public Base {
     c.connect_timeout_ms = 5000;
     c.log = &log_line;
     c.after_round = &count_round;
+    // Direct copies as their sizes say: the tests of the copy choice turn it on themselves.
+    c.adapt_copies = false;
     configure(&c);
     t_ = make_tcp_transport(c);
     ASSERT_NE(t_, nullptr);

@@ -249,6 +249,37 @@ TEST_P(TransportShmTest, ADirectWriteFromMemoryTheInitiatorDoesNotMapFailsAloneW
   EXPECT_TRUE(p.client->open());
 }
 
+// The copy choice on (xport/copy_choice.h): a large write goes the way its target measured
+// faster, after three of each way.
+class TransportCopyChoiceTest : public TransportTest {
+ protected:
+  void configure(TransportConfig* c) override { c->adapt_copies = true; }
+};
+INSTANTIATE_TEST_SUITE_P(, TransportCopyChoiceTest, ::testing::Values(true), tcp_or_shm);
+
+TEST_P(TransportCopyChoiceTest, LargeWritesGoThreeByTheRingThenThreeDirectAndLandWhole) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  constexpr size_t kLen = 4 * kDirectMin;
+  std::vector<unsigned char> region(kLen + 200, '.');
+  server_.set_region(kKey, region.data(), region.size());
+  std::string ways;
+  for (uint32_t i = 0; i < 8; ++i) {
+    OneSided w;
+    const std::string bytes(kLen, static_cast<char>('a' + i));
+    write_op(&w, i + 1, 100, bytes);
+    ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), &w.op));
+    ASSERT_TRUE(pump([&] { return client_.answers().size() == i + 1; }));
+    EXPECT_EQ(client_.answers()[i], std::make_pair(i + 1, RmaStatus::kOk));
+    ways += w.op.direct ? 'd' : 'r';
+    EXPECT_EQ(std::string(region.begin() + 100, region.begin() + 100 + kLen), bytes) << i;
+    EXPECT_EQ(region[99], '.');
+    EXPECT_EQ(region[100 + kLen], '.');
+  }
+  EXPECT_EQ(ways.substr(0, 6), "rrrddd");
+  EXPECT_TRUE(logged_containing("copy advice for sends from ")) << "the target advised";
+}
+
 class TransportNoDirectTest : public TransportTest {
  protected:
   void configure(TransportConfig* c) override { c->direct_min = 0; }
