@@ -168,6 +168,20 @@ TEST_F(ShmRing, IovecThatDoesNotFitIsCutInsideTheEntryWhereTheRoomEnds) {
   EXPECT_EQ(std::string(got.end() - 8, got.end()), "01234567");
 }
 
+// The producer's view of what its consumer has not read yet (an answer goes direct only when
+// little is, Conn::go_direct_locked).
+TEST_F(ShmRing, UnreadAtMostComparesWhatTheConsumerHasNotTakenWithTheLimit) {
+  EXPECT_TRUE(ring_.unread_at_most(0)) << "an empty ring";
+  ASSERT_EQ(write_bytes(ring_, pattern(100)), 100u);
+  EXPECT_FALSE(ring_.unread_at_most(99));
+  EXPECT_TRUE(ring_.unread_at_most(100));
+  EXPECT_FALSE(ring_.consume(68));
+  EXPECT_TRUE(ring_.unread_at_most(32)) << "an acknowledgement's header is left";
+  EXPECT_FALSE(ring_.unread_at_most(31));
+  EXPECT_FALSE(ring_.consume(32));
+  EXPECT_TRUE(ring_.unread_at_most(0));
+}
+
 // --- Ring: doorbells ------------------------------------------------------------------------
 
 TEST_F(ShmRing, WriteRingsNoBellForAConsumerThatNeverArmed) {
