@@ -21,7 +21,7 @@
 //     other way now and then (kProbeRun, kProbeFirst, kProbePeriod), so that a change (another
 //     machine's load, another size mix) is seen.
 //
-// Size classes are powers of two from kClassMin (16 KiB): [16, 32) KiB, [32, 64) KiB, ... and
+// Size classes are powers of two from kCopyClassMin (16 KiB): [16, 32) KiB, [32, 64) KiB, ... and
 // the last one from 2 MiB on. Smaller messages fall in the first.
 //
 // Advice word (what the receiver publishes): bit c says class c is known, bit 16 + c that the
