@@ -163,7 +163,7 @@ TEST_F(RmaSystem, WhenTheTargetCannotReachTheInitiatorLargeTransfersGoThroughThe
 }
 
 TEST_F(RmaSystem, AnInitiatorThatBecomesUnreachableFailsItsNextDirectTransferAloneWithCopyFailed) {
-  setenv("FI_FABQ_SHM_ADAPT", "0", 1);  // direct by size, whichever way is faster here
+  setenv("FI_FABQ_SHM_ADAPT", "0", 1);  // the second write must be direct, as its size says
   Peer target([](Link& link) { serve_region(link, /*reachable_only_when_dumpable=*/true); });
   Side s(rma_options());
   ASSERT_TRUE(s.open());
