@@ -801,8 +801,9 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
           // side measured; one that was mostly there when seen is charged what it cost here.
           const uint64_t len = h.length;
           const uint64_t seen = std::min<uint64_t>(rx_timed_seen_, len);
-          uint64_t ns = copy_clock_ns() - std::exchange(rx_timed_at_, 0);
-          if (seen <= shm::kPublishEvery && len != 0) ns += ns * seen / len;
+          int64_t ns = now_ns() - std::exchange(rx_timed_at_, 0);
+          if (seen <= shm::kPublishEvery && len != 0)
+            ns += ns * static_cast<int64_t>(seen) / static_cast<int64_t>(len);
           note_copy_locked(len, CopyPath::kRing, ns);
         }
         framer_.next_frame();
@@ -853,15 +854,14 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       // upcall, past the framer. A MSG connection's first one raises COMM_EST once placed
       // (frame_done_locked()), and a frame split between reads is placed as it comes: below.
       incoming_locked(whole);
-      const uint64_t started =
-          timed_locked(whole.op, CopyPath::kRing, whole.length) ? copy_clock_ns() : 0;
+      const int64_t started = timed_locked(whole.op, CopyPath::kRing, whole.length) ? now_ns() : 0;
       if (!deliver_locked(p + off + wire::kHeaderSize)) {
         *used = off;  // taken again, header and all, when the stall ends
         return false;
       }
       // Whole in the ring when first seen: what the ring cost this side is its copy out.
       if (started != 0) {
-        note_copy_locked(whole.length, CopyPath::kRing, copy_clock_ns() - started);
+        note_copy_locked(whole.length, CopyPath::kRing, now_ns() - started);
       }
       off += wire::kHeaderSize + whole.length;
       continue;
@@ -884,7 +884,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       incoming_locked(h);
       have_place_ = false;
       if (timed_locked(h.op, CopyPath::kRing, h.length)) {
-        rx_timed_at_ = copy_clock_ns();
+        rx_timed_at_ = now_ns();
         rx_timed_seen_ = n - off;
       }
     }
@@ -1002,10 +1002,10 @@ bool Conn::answer_request_locked(const wire::Header& h) {
       copy.share(&seg_, shm_connecting_, h.seq, engine_->config().share_min, fd_.get());
     }
     const bool timed = write && timed_locked(h.op, CopyPath::kDirect, copy.len());
-    const uint64_t started = timed ? copy_clock_ns() : 0;
+    const int64_t started = timed ? now_ns() : 0;
     const RmaStatus status = owner()->remote_access(a, nullptr);
     if (timed && status == RmaStatus::kOk) {
-      note_copy_locked(copy.len(), CopyPath::kDirect, copy_clock_ns() - started);
+      note_copy_locked(copy.len(), CopyPath::kDirect, now_ns() - started);
     }
     if (copy.stuck()) {
       fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR,
@@ -1089,7 +1089,7 @@ bool Conn::deliver_direct_locked(const wire::Header& h) {
     return false;
   }
   const bool timed = timed_locked(h.op, CopyPath::kDirect, copy.len());
-  const uint64_t started = timed ? copy_clock_ns() : 0;
+  const int64_t started = timed ? now_ns() : 0;
   heard_ = true;
   in_ = Incoming{};
   in_.kind = InKind::kMsg;
@@ -1127,7 +1127,7 @@ bool Conn::deliver_direct_locked(const wire::Header& h) {
                              : "a direct message whose bytes this process could not copy");
     return false;
   }
-  if (timed) note_copy_locked(copy.len(), CopyPath::kDirect, copy_clock_ns() - started);
+  if (timed) note_copy_locked(copy.len(), CopyPath::kDirect, now_ns() - started);
   return true;
 }
 

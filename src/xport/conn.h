@@ -140,7 +140,7 @@ class Conn final : public Connection, public Pollable {
   // that may go direct, that the advisor wants a sample of. note_copy_locked() records one that
   // took ns and publishes the advice if that changed it.
   bool timed_locked(wire::Op op, CopyPath path, size_t len) FABQ_REQUIRES(mu_);
-  void note_copy_locked(size_t len, CopyPath path, uint64_t ns) FABQ_REQUIRES(mu_);
+  void note_copy_locked(size_t len, CopyPath path, int64_t ns) FABQ_REQUIRES(mu_);
   // Sharing a copy (shm.h). The initiator's side: remembers a direct request the peer may offer
   // a part of; copies the part the peer offers, if it is one of those; forgets the request
   // answered now.
@@ -243,9 +243,9 @@ class Conn final : public Connection, public Pollable {
   // and the advice they give it; this side's turns in following the peer's advice.
   CopyAdvisor advisor_ FABQ_GUARDED_BY(mu_);
   CopyPlanner planner_ FABQ_GUARDED_BY(mu_);
-  // The ring frame being timed: when its header was read (0: none is) and how many of its
-  // payload bytes were in the ring then.
-  uint64_t rx_timed_at_ FABQ_GUARDED_BY(mu_) = 0;
+  // The ring frame being timed: when its header was read (now_ns(); 0: none is) and how many
+  // of its payload bytes were in the ring then.
+  int64_t rx_timed_at_ FABQ_GUARDED_BY(mu_) = 0;
   size_t rx_timed_seen_ FABQ_GUARDED_BY(mu_) = 0;
   // The peer's pid, proved (shm.h): this side serves its direct requests. 0: it does not.
   int direct_peer_pid_ FABQ_GUARDED_BY(mu_) = 0;

@@ -181,8 +181,8 @@ bool Conn::timed_locked(wire::Op op, CopyPath path, size_t len) {
   return min != 0 && len >= min && advisor_.wants(len, path);
 }
 
-void Conn::note_copy_locked(size_t len, CopyPath path, uint64_t ns) {
-  if (!advisor_.record(len, path, ns)) return;
+void Conn::note_copy_locked(size_t len, CopyPath path, int64_t ns) {
+  if (!advisor_.record(len, path, static_cast<uint64_t>(std::max<int64_t>(ns, 0)))) return;
   const uint64_t advice = advisor_.advice();
   seg_.advise_peer(shm_connecting_, advice);
   char what[160];

@@ -3,16 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
-#include <ctime>
 #include <limits>
 
 namespace fabq::xport {
-
-uint64_t copy_clock_ns() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(t.tv_nsec);
-}
 
 void format_advice(uint64_t advice, char* out, size_t n) {
   if (n == 0) return;

@@ -48,9 +48,6 @@ inline constexpr uint32_t kProbeFirst = 16;
 inline constexpr uint32_t kProbePeriod = 256;
 inline constexpr uint32_t kProbeRun = 3;
 
-// CLOCK_MONOTONIC in ns, as the receiver times copies: the vDSO's, no system call where the
-// clock source allows it.
-uint64_t copy_clock_ns();
 // The advice as text for a log line ("64K:ring 1M:direct", known classes only; "none"), into
 // out[0..n) with its terminating NUL.
 void format_advice(uint64_t advice, char* out, size_t n);

@@ -434,26 +434,28 @@ TEST_P(CopyChoiceTest, AnswersOfAClassGoThreeByTheRingThenThreeDirectThenAsTheir
   ASSERT_TRUE(pump([&] { return server_.received_count() == 1; }));
   EXPECT_FALSE(first->direct);
   std::string server_ways, client_ways;
+  // `from` answers with `bytes` numbered `seq` through `conn`, taking the way its peer advised
+  // (logged by the peer, about `from_at`) from its seventh answer on; `to` then holds
+  // `received` messages, the last of them that answer.
+  const auto answer = [&](FakeOwner& from, Connection* conn, Outbox& box,
+                          const sockaddr_in& from_at, std::string* ways, FakeOwner& to,
+                          std::string bytes, uint32_t seq, size_t received) {
+    const char advised = advice_for_64k(from_at);
+    TxOp* op = box.make(bytes, seq);
+    ASSERT_NO_FATAL_FAILURE(send(from, conn, op));
+    *ways += op->direct ? 'd' : 'r';
+    if (ways->size() > 6) {
+      EXPECT_EQ(ways->back(), advised) << "answer " << ways->size();
+    }
+    ASSERT_TRUE(pump([&] { return to.received_count() == received; }));
+    EXPECT_TRUE(to.received()[received - 1].bytes == bytes) << received;
+  };
   for (int i = 0; i < kRounds; ++i) {
-    const char server_advised = advice_for_64k(server_at);  // the client's, for the server
-    TxOp* answer = back.make(pattern(kLen, 2 * i + 1), static_cast<uint32_t>(i + 1));
-    ASSERT_NO_FATAL_FAILURE(send(server_, p.server.get(), answer));
-    server_ways += answer->direct ? 'd' : 'r';
-    if (i >= 6) {
-      EXPECT_EQ(server_ways.back(), server_advised) << "the server's answer " << i;
-    }
-    ASSERT_TRUE(pump([&] { return client_.received_count() == static_cast<size_t>(i + 1); }));
-    EXPECT_TRUE(client_.received()[i].bytes == back.payload(i)) << i;
-
-    const char client_advised = advice_for_64k(client_at);  // the server's, for the client
-    TxOp* reply = out.make(pattern(kLen, 2 * i + 2), static_cast<uint32_t>(i + 2));
-    ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), reply));
-    client_ways += reply->direct ? 'd' : 'r';
-    if (i >= 6) {
-      EXPECT_EQ(client_ways.back(), client_advised) << "the client's answer " << i;
-    }
-    ASSERT_TRUE(pump([&] { return server_.received_count() == static_cast<size_t>(i + 2); }));
-    EXPECT_TRUE(server_.received()[i + 1].bytes == out.payload(i + 1)) << i;
+    const auto n = static_cast<unsigned>(i);
+    ASSERT_NO_FATAL_FAILURE(answer(server_, p.server.get(), back, server_at, &server_ways, client_,
+                                   pattern(kLen, 2 * n + 1), n + 1, n + 1));
+    ASSERT_NO_FATAL_FAILURE(answer(client_, p.client.get(), out, client_at, &client_ways, server_,
+                                   pattern(kLen, 2 * n + 2), n + 2, n + 2));
   }
   EXPECT_EQ(server_ways.substr(0, 6), "rrrddd");
   EXPECT_EQ(client_ways.substr(0, 6), "rrrddd");
