@@ -83,7 +83,9 @@ class Conn final : public Connection, public Pollable {
   // says whether there were.
   bool poll_shm();
   // The engine before its thread sleeps: asks the peer for a doorbell; true if there is work.
-  bool arm_shm();
+  // Sets *armed_now if the receiving ring was armed afresh (shm::Armed::kNow): the sleep that
+  // follows must end within shm::kRecheckNs.
+  bool arm_shm(bool* armed_now);
 
   // A connection accepted by `acceptor` (a PassiveAcceptor, or the RDM listener of the
   // endpoint it was made for), waiting for its kConnReq. Until it is handed over (adopt(),

@@ -103,9 +103,13 @@ bool Conn::poll_shm() {
   return true;
 }
 
-bool Conn::arm_shm() {
+bool Conn::arm_shm(bool* armed_now) {
   bool work = false;
-  if (shm_rx_open_.load(std::memory_order_relaxed)) work = rx_ring_.arm_consumer();
+  if (shm_rx_open_.load(std::memory_order_relaxed)) {
+    const shm::Armed a = rx_ring_.arm_consumer();
+    work = a == shm::Armed::kBytes;
+    if (a == shm::Armed::kNow) *armed_now = true;
+  }
   if (shm_tx_blocked_.load(std::memory_order_relaxed) && tx_ring_.arm_producer()) work = true;
   return work;
 }

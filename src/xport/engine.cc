@@ -177,11 +177,11 @@ bool Engine::poll_shm_locked() {
   return busy;
 }
 
-bool Engine::arm_shm_locked() {
+bool Engine::arm_shm_locked(bool* armed_now) {
   refresh_shm_locked();
   bool work = false;
   for (Conn* c : shm_run_) {
-    if (c != nullptr && c->arm_shm()) work = true;
+    if (c != nullptr && c->arm_shm(armed_now)) work = true;
   }
   return work;
 }
@@ -277,6 +277,8 @@ void Engine::end_wait() {
 }
 
 void Engine::thread_main() {
+  // Until when a ring armed afresh owes a look again (shm::Armed::kNow); 0 for none.
+  int64_t recheck_at = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     uint64_t drained;
     if (waiters_.load(std::memory_order_acquire) == 0) {
@@ -285,29 +287,41 @@ void Engine::thread_main() {
       [[maybe_unused]] ssize_t r = read(kick_fd_.get(), &drained, sizeof(drained));
       continue;
     }
-    int timeout = -1;
+    int64_t until = -1;  // when to wake at the latest (monotonic ns); -1 for no limit
+    const auto wake_by = [&until](int64_t ns) {
+      if (until < 0 || ns < until) until = ns;
+    };
     if (has_shm_.load(std::memory_order_acquire)) {
       // Rings are not in the epoll set: ask their peers for a doorbell before sleeping.
+      bool armed_now = false;
       core::MutexLock lock(mu_);
-      if (arm_shm_locked()) timeout = 0;
+      if (arm_shm_locked(&armed_now)) wake_by(0);
+      if (armed_now) recheck_at = now_ns() + shm::kRecheckNs;
     }
     {
       core::MutexLock lock(sched_mu_);
-      if (has_scheduled_.load(std::memory_order_acquire)) timeout = 0;
-      const int64_t t = now_ns();
-      for (const Deadline& d : deadlines_) {
-        const int64_t ms = d.ns <= t ? 0 : (d.ns - t + 999'999) / 1'000'000;
-        if (timeout < 0 || ms < timeout) timeout = static_cast<int>(ms);
-      }
+      if (has_scheduled_.load(std::memory_order_acquire)) wake_by(0);
+      for (const Deadline& d : deadlines_) wake_by(d.ns);
+    }
+    if (recheck_at != 0) wake_by(recheck_at);
+    timespec ts{};
+    timespec* timeout = nullptr;
+    if (until >= 0) {
+      const int64_t ns = std::max<int64_t>(until - now_ns(), 0);
+      ts = {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+      timeout = &ts;
     }
     pollfd fds[2] = {{epfd_.get(), POLLIN, 0}, {kick_fd_.get(), POLLIN, 0}};
-    poll(fds, 2, timeout);
+    ppoll(fds, 2, timeout, nullptr);
     if (fds[1].revents & POLLIN) {
       [[maybe_unused]] ssize_t r = read(kick_fd_.get(), &drained, sizeof(drained));
     }
     // The last waiter may have left while this thread slept: then the bytes are the
     // application's to move (manual progress), not this thread's.
     if (waiters_.load(std::memory_order_acquire) == 0) continue;
+    // The look again is the round below: a tail on its way when a ring was armed is visible by
+    // now, and later ones see the flag.
+    if (recheck_at != 0 && now_ns() >= recheck_at) recheck_at = 0;
     std::vector<std::unique_ptr<Pollable>> dead;
     {
       core::MutexLock lock(mu_);

@@ -113,8 +113,8 @@ class Engine final : public Transport {
   // True if a ring had work.
   bool poll_shm_locked() FABQ_REQUIRES(mu_);
   // Before the progress thread sleeps: asks every ring for a doorbell. True if one has work
-  // already (do not sleep).
-  bool arm_shm_locked() FABQ_REQUIRES(mu_);
+  // already (do not sleep). Sets *armed_now if one was armed afresh (Conn::arm_shm()).
+  bool arm_shm_locked(bool* armed_now) FABQ_REQUIRES(mu_);
   void start_thread();
   void thread_main();
   void kick();

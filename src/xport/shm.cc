@@ -191,10 +191,16 @@ Status Ring::claim(size_t n, unsigned char** at) {
 }
 
 void Ring::commit(size_t n, bool* bell) {
-  const uint64_t tail = ctl_->tail.load(std::memory_order_relaxed) + n;
-  // seq_cst, then the flag: as at the end of write().
-  ctl_->tail.store(tail, std::memory_order_seq_cst);
-  *bell = ctl_->consumer_asleep.load(std::memory_order_seq_cst) != 0 &&
+  publish(ctl_->tail.load(std::memory_order_relaxed) + n, bell);
+}
+
+void Ring::publish(uint64_t tail, bool* bell) {
+  // Release: the bytes are written before the consumer can see the tail that covers them. Not
+  // seq_cst, and so the flag load may pass the store: arm_consumer()'s bounded sleep covers that
+  // (shm.h). The signal fence keeps the compiler from moving the load further up, past the copy.
+  ctl_->tail.store(tail, std::memory_order_release);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  *bell = ctl_->consumer_asleep.load(std::memory_order_relaxed) != 0 &&
           ctl_->consumer_asleep.exchange(0, std::memory_order_relaxed) != 0;
 }
 
@@ -249,12 +255,7 @@ Status Ring::write(const iovec* iov, int cnt, bool whole, size_t* written, bool*
     }
   }
   if (*written == 0) return Status::kOk;
-  // seq_cst, like the flag load after it and arm_consumer()'s flag store and tail load: the
-  // consumer sees this tail or this side sees its flag (Dekker). Also a release: the bytes are
-  // written before the consumer can see the tail that covers them.
-  ctl_->tail.store(tail, std::memory_order_seq_cst);
-  *bell = ctl_->consumer_asleep.load(std::memory_order_seq_cst) != 0 &&
-          ctl_->consumer_asleep.exchange(0, std::memory_order_relaxed) != 0;
+  publish(tail, bell);
   return Status::kOk;
 }
 
@@ -270,15 +271,15 @@ bool Ring::arm_producer() {
   return false;
 }
 
-bool Ring::arm_consumer() {
-  // seq_cst store and load (Dekker, with write()).
-  ctl_->consumer_asleep.store(1, std::memory_order_seq_cst);
+Armed Ring::arm_consumer() {
+  // seq_cst: the flag is visible to the producer before the tail is loaded (shm.h).
+  const uint32_t was = ctl_->consumer_asleep.exchange(1, std::memory_order_seq_cst);
   if (ctl_->tail.load(std::memory_order_seq_cst) == ctl_->head.load(std::memory_order_relaxed)) {
-    return false;
+    return was != 0 ? Armed::kStill : Armed::kNow;
   }
   // Bytes are there: no sleep, so no doorbell is wanted for them.
   ctl_->consumer_asleep.store(0, std::memory_order_relaxed);
-  return true;
+  return Armed::kBytes;
 }
 
 bool Ring::unread_at_most(size_t n) {

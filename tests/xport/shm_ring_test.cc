@@ -191,7 +191,7 @@ TEST_F(ShmRing, WriteRingsNoBellForAConsumerThatNeverArmed) {
 }
 
 TEST_F(ShmRing, WriteRingsTheBellOnceForAConsumerThatArmedOnAnEmptyRing) {
-  EXPECT_FALSE(ring_.arm_consumer()) << "nothing to read: the consumer may sleep";
+  EXPECT_EQ(ring_.arm_consumer(), Armed::kNow) << "nothing to read: the consumer may sleep";
   bool bell = false;
   ASSERT_EQ(write_bytes(ring_, Bytes{1, 2}, &bell), 2u);
   EXPECT_TRUE(bell);
@@ -200,7 +200,7 @@ TEST_F(ShmRing, WriteRingsTheBellOnceForAConsumerThatArmedOnAnEmptyRing) {
 }
 
 TEST_F(ShmRing, WriteOfNothingRingsNoBellAndKeepsTheRequest) {
-  EXPECT_FALSE(ring_.arm_consumer());
+  EXPECT_EQ(ring_.arm_consumer(), Armed::kNow);
   bool bell = true;
   ASSERT_EQ(write_bytes(ring_, Bytes{}, &bell), 0u);
   EXPECT_FALSE(bell);
@@ -217,11 +217,23 @@ TEST_F(ShmRing, AFullRingAcceptsNothingAndRingsNoBellEvenForAnArmedConsumer) {
   EXPECT_EQ(ctl_.consumer_asleep.load(), 1u);
 }
 
-TEST_F(ShmRing, ArmConsumerReturnsTrueWhenBytesAreAlreadyThere) {
+TEST_F(ShmRing, ArmConsumerSaysBytesWhenBytesAreAlreadyThereAndWithdrawsTheRequest) {
   ASSERT_EQ(write_bytes(ring_, Bytes{1}), 1u);
-  EXPECT_TRUE(ring_.arm_consumer());
+  EXPECT_EQ(ring_.arm_consumer(), Armed::kBytes);
+  EXPECT_EQ(ctl_.consumer_asleep.load(), 0u);
   EXPECT_EQ(read_all(ring_), Bytes{1});
-  EXPECT_FALSE(ring_.arm_consumer()) << "empty again";
+  EXPECT_EQ(ring_.arm_consumer(), Armed::kNow) << "empty again";
+}
+
+TEST_F(ShmRing, ArmingAgainBeforeAnyBellSaysTheEarlierRequestStands) {
+  EXPECT_EQ(ring_.arm_consumer(), Armed::kNow);
+  EXPECT_EQ(ring_.arm_consumer(), Armed::kStill)
+      << "the look again owed is the first arm's, not a new one";
+  bool bell = false;
+  ASSERT_EQ(write_bytes(ring_, Bytes{1}, &bell), 1u);
+  EXPECT_TRUE(bell);
+  EXPECT_EQ(read_all(ring_), Bytes{1});
+  EXPECT_EQ(ring_.arm_consumer(), Armed::kNow) << "the bell took the request: this one is new";
 }
 
 TEST_F(ShmRing, ConsumeRingsNoBellForAProducerThatNeverArmed) {
@@ -276,7 +288,8 @@ TEST_F(ShmRing, TailMoreThanARingAheadOfTheHeadIsCorrupt) {
   EXPECT_EQ(ring_.write(&iov, 1, &written, &bell), Status::kCorrupt);
   EXPECT_EQ(written, 0u);
   EXPECT_FALSE(bell);
-  EXPECT_TRUE(ring_.arm_consumer()) << "a bogus tail counts as bytes: reading it fails";
+  EXPECT_EQ(ring_.arm_consumer(), Armed::kBytes)
+      << "a bogus tail counts as bytes: reading it fails";
 }
 
 TEST_F(ShmRing, TailExactlyARingAheadOfTheHeadIsAFullRingNotCorruption) {
@@ -392,7 +405,7 @@ TEST_F(ShmRing, AClaimFindsAHeadThePeerCorruptedAndPublishesNothing) {
 }
 
 TEST_F(ShmRing, ACommitRingsTheBellOnceForAConsumerThatArmed) {
-  EXPECT_FALSE(ring_.arm_consumer());
+  EXPECT_EQ(ring_.arm_consumer(), Armed::kNow);
   unsigned char* at = nullptr;
   ASSERT_EQ(ring_.claim(8, &at), Status::kOk);
   ASSERT_NE(at, nullptr);

@@ -97,7 +97,7 @@ TEST(ShmSegment, OpenWithIdAndNonceMapsTheSameMemoryInBothDirections) {
 
   // The control blocks are shared too: a consumer's request for a doorbell reaches the
   // producer on the other side.
-  EXPECT_FALSE(a_rx.arm_consumer());
+  EXPECT_EQ(a_rx.arm_consumer(), Armed::kNow);
   bool bell = false;
   ASSERT_EQ(write_bytes(c_tx, Bytes{1, 2, 3}, &bell), 3u);
   EXPECT_TRUE(bell);

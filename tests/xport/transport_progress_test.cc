@@ -56,6 +56,25 @@ TEST_P(TransportTest, ProgressThreadMovesEverythingWhileSomebodyWaitsAndNothingO
   EXPECT_EQ(server_.received()[2].bytes, "manual");
 }
 
+// A ring armed afresh is looked at once more within shm::kRecheckNs even without a doorbell
+// (shm.h: a publish may race with the arm unseen; shm_concurrent_test provokes that race). That
+// is one more round, not a timer: once it is done the thread sleeps until something happens.
+TEST_P(TransportTest, ProgressThreadWithArmedRingsSleepsUntilWokenNotOnATimer) {
+  manual_ = false;
+  t_->begin_wait();
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  Outbox out;
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), out.make("ping", 1)));
+  ASSERT_TRUE(pump([&] { return server_.received_count() == 1; }));
+  std::this_thread::sleep_for(milliseconds(50));  // every look again is done
+  const int settled = g_rounds.load();
+  std::this_thread::sleep_for(milliseconds(300));
+  const int idle = g_rounds.load() - settled;
+  t_->end_wait();
+  EXPECT_EQ(idle, 0) << "the progress thread woke " << idle << " times with nothing to do";
+}
+
 // =============================================================================================
 // after_round
 
