@@ -36,6 +36,25 @@ constexpr size_t kSendRing = 1024;
 constexpr int kIovBatch = 16;
 constexpr uint32_t kIn = EPOLLIN;
 constexpr uint32_t kOut = EPOLLOUT;
+// An answer's payload in the ring from this size on is asked for whole before it is copied out
+// (prefetch_answer()), up to kPrefetchMax bytes.
+constexpr size_t kPrefetchMin = 1024;
+constexpr size_t kPrefetchMax = 16 * 1024;
+
+// The lines of a payload the other core has just written into the ring, requested at once: the
+// hardware prefetcher starts only after a few misses in a row, so a lone message would otherwise
+// cross over mostly one line at a time (4 KiB ping-pong 1.46-1.51 -> 1.32-1.35 us on the EPYC
+// VM). Only for an answer (Conn::heard_ false): in a stream the hardware prefetcher is already
+// running, and the extra requests made 4 KiB streams 8 % slower.
+void prefetch_answer(const unsigned char* p, size_t n) {
+  if (n < kPrefetchMin) return;
+  n = std::min(n, kPrefetchMax);
+  for (size_t i = 0; i < n; i += 64) {
+    __builtin_prefetch(p + i);
+    // GCC 12 deletes a loop of prefetches it can prove finite; the empty asm keeps it.
+    asm volatile("" : : "r"(p + i));
+  }
+}
 
 bool is_data(wire::Op op) {
   return op == wire::Op::kMsg || op == wire::Op::kTagged;
@@ -853,6 +872,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       // A whole message that asks for no answer, header and payload here: handed over in one
       // upcall, past the framer. A MSG connection's first one raises COMM_EST once placed
       // (frame_done_locked()), and a frame split between reads is placed as it comes: below.
+      if (!heard_ && rx_shm_) prefetch_answer(p + off + wire::kHeaderSize, whole.length);
       incoming_locked(whole);
       const int64_t started = timed_locked(whole.op, CopyPath::kRing, whole.length) ? now_ns() : 0;
       if (!deliver_locked(p + off + wire::kHeaderSize)) {
