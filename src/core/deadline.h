@@ -16,6 +16,12 @@ inline int64_t monotonic_ns() {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+// A span of `ns` (>= 0) nanoseconds as the timespec that ppoll(2) and futex(2) take, or an
+// absolute CLOCK_MONOTONIC time for FUTEX_WAIT_BITSET.
+inline timespec timespec_of_ns(int64_t ns) {
+  return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+}
+
 class Deadline {
  public:
   static Deadline never() { return Deadline(-1); }

@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/deadline.h"
 #include "core/spinlock.h"
 
 namespace fabq::core {
@@ -51,8 +52,7 @@ void CondVar::block(Mutex& mu, const std::chrono::steady_clock::time_point* dead
     const auto ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch()).count();
     sleep = std::chrono::steady_clock::now() < *deadline;
-    ts.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
-    ts.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    ts = timespec_of_ns(ns);
   }
   // Returns at once if a notify came since `seen` was read (EAGAIN); EINTR and ETIMEDOUT are
   // wake-ups like any other: callers look at their condition again.

@@ -116,8 +116,7 @@ Status WaitObject::sleep(uint32_t ticket, const Deadline& deadline) {
   if (!deadline.is_never()) {
     const int64_t left = deadline.remaining_ns();
     if (left == 0) return Code::kAgain;
-    ts.tv_sec = left / 1'000'000'000;
-    ts.tv_nsec = left % 1'000'000'000;
+    ts = timespec_of_ns(left);
     tsp = &ts;
   }
   if (futex(&futex_, FUTEX_WAIT_PRIVATE, ticket, tsp) == 0) return OkStatus();

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/deadline.h"
 #include "core/lazy_global.h"
 #include "xport/conn.h"
 #include "xport/dgram.h"
@@ -307,8 +308,7 @@ void Engine::thread_main() {
     timespec ts{};
     timespec* timeout = nullptr;
     if (until >= 0) {
-      const int64_t ns = std::max<int64_t>(until - now_ns(), 0);
-      ts = {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+      ts = core::timespec_of_ns(std::max<int64_t>(until - now_ns(), 0));
       timeout = &ts;
     }
     pollfd fds[2] = {{epfd_.get(), POLLIN, 0}, {kick_fd_.get(), POLLIN, 0}};

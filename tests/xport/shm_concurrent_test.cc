@@ -19,6 +19,7 @@
 #include <thread>
 #include <utility>
 
+#include "core/deadline.h"
 #include "core/unique_fd.h"
 
 #include "shm_util.h"
@@ -41,8 +42,7 @@ class Doorbell {
   // False if nobody rang within `ns`.
   bool wait_ns(int64_t ns) {
     pollfd pfd{fd_.get(), POLLIN, 0};
-    const timespec ts{static_cast<time_t>(ns / 1'000'000'000),
-                      static_cast<long>(ns % 1'000'000'000)};
+    const timespec ts = core::timespec_of_ns(ns);
     if (ppoll(&pfd, 1, &ts, nullptr) != 1) return false;
     uint64_t v;
     [[maybe_unused]] ssize_t n = ::read(fd_.get(), &v, sizeof(v));
