@@ -83,9 +83,13 @@ class Conn final : public Connection, public Pollable {
   // says whether there were.
   bool poll_shm();
   // The engine before its thread sleeps: asks the peer for a doorbell; true if there is work.
-  // Sets *armed_now if the receiving ring was armed afresh (shm::Armed::kNow): the sleep that
-  // follows must end within shm::kRecheckNs.
+  // Sets *armed_now if the receiving ring was armed afresh (shm::Armed::kNow): the ring is owed
+  // a look again (shm::RecheckTimer).
   bool arm_shm(bool* armed_now);
+  // Whether the receiving ring holds bytes (a relaxed hint: Ring::readable()).
+  bool shm_readable() const {
+    return shm_rx_open_.load(std::memory_order_relaxed) && rx_ring_.readable();
+  }
 
   // A connection accepted by `acceptor` (a PassiveAcceptor, or the RDM listener of the
   // endpoint it was made for), waiting for its kConnReq. Until it is handed over (adopt(),

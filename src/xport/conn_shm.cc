@@ -91,7 +91,7 @@ void Conn::shm_agreed_locked(bool connecting) {
 }
 
 bool Conn::poll_shm() {
-  const bool rx = shm_rx_open_.load(std::memory_order_relaxed) && rx_ring_.readable();
+  const bool rx = shm_readable();
   const bool tx = shm_tx_blocked_.load(std::memory_order_relaxed) && tx_ring_.writable();
   const bool share = shares_waiting_.load(std::memory_order_relaxed);
   if (!rx && !tx && !share) return false;

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,7 +36,8 @@ Engines& engines() {
 Engine::Engine(const TransportConfig& config)
     : config_(config),
       epfd_(epoll_create1(EPOLL_CLOEXEC)),
-      kick_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+      kick_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      recheck_fd_(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
   // They swap, so each needs room before the first swap: else the first rounds allocate.
   scheduled_.reserve(kScheduleRoom);
   running_.reserve(kScheduleRoom);
@@ -187,6 +189,13 @@ bool Engine::arm_shm_locked(bool* armed_now) {
   return work;
 }
 
+bool Engine::shm_readable_locked() {
+  for (Conn* c : shm_run_) {
+    if (c != nullptr && c->shm_readable()) return true;
+  }
+  return false;
+}
+
 void Engine::kick_if_waiting() {
   if (waiters_.load(std::memory_order_acquire) > 0) kick();
 }
@@ -278,8 +287,13 @@ void Engine::end_wait() {
 }
 
 void Engine::thread_main() {
-  // Until when a ring armed afresh owes a look again (shm::Armed::kNow); 0 for none.
-  int64_t recheck_at = 0;
+  shm::RecheckTimer recheck;
+  const auto set_recheck = [this](int64_t due) {
+    if (due == 0 || !recheck_fd_.valid()) return;
+    itimerspec when{};
+    when.it_value = core::timespec_of_ns(due);
+    timerfd_settime(recheck_fd_.get(), TFD_TIMER_ABSTIME, &when, nullptr);
+  };
   while (!stop_.load(std::memory_order_acquire)) {
     uint64_t drained;
     if (waiters_.load(std::memory_order_acquire) == 0) {
@@ -292,36 +306,50 @@ void Engine::thread_main() {
     const auto wake_by = [&until](int64_t ns) {
       if (until < 0 || ns < until) until = ns;
     };
+    bool armed_now = false;
     if (has_shm_.load(std::memory_order_acquire)) {
       // Rings are not in the epoll set: ask their peers for a doorbell before sleeping.
-      bool armed_now = false;
       core::MutexLock lock(mu_);
       if (arm_shm_locked(&armed_now)) wake_by(0);
-      if (armed_now) recheck_at = now_ns() + shm::kRecheckNs;
+      if (armed_now) set_recheck(recheck.armed(now_ns()));
     }
     {
       core::MutexLock lock(sched_mu_);
       if (has_scheduled_.load(std::memory_order_acquire)) wake_by(0);
       for (const Deadline& d : deadlines_) wake_by(d.ns);
     }
-    if (recheck_at != 0) wake_by(recheck_at);
+    if (armed_now && until != 0) {
+      // A tail that was on its way at the arm has most likely landed by now: a look before
+      // sleeping takes it at once, where the timer alone would take it only at its expiry.
+      core::MutexLock lock(mu_);
+      if (shm_readable_locked()) wake_by(0);
+    }
+    if (!recheck_fd_.valid() && recheck.due() != 0) wake_by(recheck.due());
     timespec ts{};
     timespec* timeout = nullptr;
     if (until >= 0) {
       ts = core::timespec_of_ns(std::max<int64_t>(until - now_ns(), 0));
       timeout = &ts;
     }
-    pollfd fds[2] = {{epfd_.get(), POLLIN, 0}, {kick_fd_.get(), POLLIN, 0}};
-    ppoll(fds, 2, timeout, nullptr);
+    pollfd fds[3] = {{epfd_.get(), POLLIN, 0},
+                     {kick_fd_.get(), POLLIN, 0},
+                     {recheck_fd_.get(), POLLIN, 0}};  // a negative fd is skipped
+    ppoll(fds, 3, timeout, nullptr);
     if (fds[1].revents & POLLIN) {
       [[maybe_unused]] ssize_t r = read(kick_fd_.get(), &drained, sizeof(drained));
     }
     // The last waiter may have left while this thread slept: then the bytes are the
-    // application's to move (manual progress), not this thread's.
+    // application's to move (manual progress), not this thread's. An expired timer stays
+    // readable meanwhile; the first round after the return is its look.
     if (waiters_.load(std::memory_order_acquire) == 0) continue;
     // The look again is the round below: a tail on its way when a ring was armed is visible by
     // now, and later ones see the flag.
-    if (recheck_at != 0 && now_ns() >= recheck_at) recheck_at = 0;
+    if (fds[2].revents & POLLIN) {
+      [[maybe_unused]] ssize_t r = read(recheck_fd_.get(), &drained, sizeof(drained));
+      set_recheck(recheck.expired(now_ns()));
+    } else if (!recheck_fd_.valid() && recheck.due() != 0 && now_ns() >= recheck.due()) {
+      recheck.expired(now_ns());  // bounded sleeps from here on owe the arms since
+    }
     std::vector<std::unique_ptr<Pollable>> dead;
     {
       core::MutexLock lock(mu_);

@@ -115,6 +115,8 @@ class Engine final : public Transport {
   // Before the progress thread sleeps: asks every ring for a doorbell. True if one has work
   // already (do not sleep). Sets *armed_now if one was armed afresh (Conn::arm_shm()).
   bool arm_shm_locked(bool* armed_now) FABQ_REQUIRES(mu_);
+  // Whether a receiving ring holds bytes (Conn::shm_readable()).
+  bool shm_readable_locked() FABQ_REQUIRES(mu_);
   void start_thread();
   void thread_main();
   void kick();
@@ -125,6 +127,10 @@ class Engine final : public Transport {
   core::Mutex mu_;
   core::UniqueFd epfd_;
   core::UniqueFd kick_fd_;
+  // The progress thread's look again at its rings (shm::RecheckTimer): a timerfd, so that it is
+  // set once a period, not on every sleep. Invalid if it could not be made: then each sleep
+  // that owes a look is bounded instead.
+  core::UniqueFd recheck_fd_;
   static constexpr size_t kScheduleRoom = 16;
   core::Mutex sched_mu_;  // leaf
   std::vector<Pollable*> scheduled_ FABQ_GUARDED_BY(sched_mu_);

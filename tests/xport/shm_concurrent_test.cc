@@ -1,7 +1,8 @@
 // Two threads on the two sides of one shared-memory segment, each sleeping on a doorbell when it
 // must: a producer and a consumer moving 64 MiB, and a ping-pong of single bytes that provokes
 // the doorbell flags' race. A consumer sleeps as the protocol in shm.h allows: after a fresh arm,
-// at most kRecheckNs before it looks at its ring again; after that, until its doorbell.
+// until its RecheckTimer expires at the latest, and then it looks at its ring again; with no
+// look owed, until its doorbell.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -54,33 +55,49 @@ class Doorbell {
   core::UniqueFd fd_;
 };
 
-// A consumer's sleeps, by the rule Engine::thread_main() keeps: within kRecheckNs of its last
-// fresh arm (Armed::kNow) a sleep ends by then, and the ring is looked at again; later ones last
-// until the bell. Counts the looks again that found bytes: publishes that raced with an arm.
+// A consumer's sleeps, by the rule Engine::thread_main() keeps: a fresh arm (Armed::kNow) owes a
+// look at the ring once the RecheckTimer expires, and a sleep ends by then (the engine's
+// timerfd); with no look owed, a sleep lasts until the bell. After a fresh arm the consumer
+// looks once more before it sleeps at all. Counts the looks that found bytes, by look: bytes
+// that came while the consumer armed, whether their doorbell was on its way or never sent.
 class ConsumerSleep {
  public:
   // After arm_consumer() said kNow or kStill. False if a sleep without a limit timed out after
   // `ms`: a lost wake-up.
-  bool sleep(Doorbell& bell, Armed armed, int ms) {
-    const auto now = std::chrono::steady_clock::now();
-    if (armed == Armed::kNow) recheck_at_ = now + std::chrono::nanoseconds(kRecheckNs);
-    if (now < recheck_at_) {
-      looking_again_ = !bell.wait_ns((recheck_at_ - now).count());
+  bool sleep(const Ring& ring, Doorbell& bell, Armed armed, int ms) {
+    const int64_t now = core::monotonic_ns();
+    looking_again_ = Look::kNone;
+    if (armed == Armed::kNow) {
+      timer_.armed(now);
+      if (ring.readable()) {
+        looking_again_ = Look::kBeforeSleep;
+        return true;
+      }
+    }
+    const int64_t due = timer_.due();
+    if (due != 0) {
+      if (now < due && bell.wait_ns(due - now)) return true;
+      timer_.expired(core::monotonic_ns());
+      looking_again_ = Look::kTimer;
       return true;
     }
-    looking_again_ = false;
     return bell.wait(ms);
   }
   // The consumer found bytes.
   void found_bytes() {
-    if (std::exchange(looking_again_, false)) ++rescued_;
+    if (looking_again_ == Look::kBeforeSleep) ++before_sleep_;
+    if (looking_again_ == Look::kTimer) ++by_timer_;
+    looking_again_ = Look::kNone;
   }
-  uint64_t rescued() const { return rescued_; }
+  uint64_t found_before_sleep() const { return before_sleep_; }
+  uint64_t found_by_timer() const { return by_timer_; }
 
  private:
-  std::chrono::steady_clock::time_point recheck_at_{};
-  bool looking_again_ = false;
-  uint64_t rescued_ = 0;
+  enum class Look : uint8_t { kNone, kBeforeSleep, kTimer };
+  RecheckTimer timer_;
+  Look looking_again_ = Look::kNone;
+  uint64_t before_sleep_ = 0;
+  uint64_t by_timer_ = 0;
 };
 
 // What the two threads of a test share to stop at the first failure: its reason, and the
@@ -131,7 +148,8 @@ TEST(ShmConcurrent, ProducerAndConsumerThreadsMove64MiBIntactSleepingOnDoorbells
   auto late = [&] { return std::chrono::steady_clock::now() > deadline; };
   std::atomic<uint64_t> producer_sleeps{0};
   std::atomic<uint64_t> consumer_sleeps{0};
-  std::atomic<uint64_t> consumer_rescued{0};
+  std::atomic<uint64_t> found_before_sleep{0};
+  std::atomic<uint64_t> found_by_timer{0};
 
   std::thread producer([&] {
     Ring ring = creator.tx(true);
@@ -184,7 +202,7 @@ TEST(ShmConcurrent, ProducerAndConsumerThreadsMove64MiBIntactSleepingOnDoorbells
         const Armed armed = ring.arm_consumer();
         if (armed == Armed::kBytes) continue;
         consumer_sleeps.fetch_add(1);
-        if (!sleeper.sleep(consumer_bell, armed, kWaitMs)) {
+        if (!sleeper.sleep(ring, consumer_bell, armed, kWaitMs)) {
           return fail("consumer: lost wake-up, asleep on an empty ring at byte " +
                       std::to_string(pos));
         }
@@ -208,7 +226,8 @@ TEST(ShmConcurrent, ProducerAndConsumerThreadsMove64MiBIntactSleepingOnDoorbells
       if (ring.consume(n)) producer_bell.ring();
     }
     if (pos == kTotal && ring.readable()) fail("consumer: bytes beyond the end of the stream");
-    consumer_rescued.store(sleeper.rescued());
+    found_before_sleep.store(sleeper.found_before_sleep());
+    found_by_timer.store(sleeper.found_by_timer());
   });
 
   producer.join();
@@ -216,14 +235,16 @@ TEST(ShmConcurrent, ProducerAndConsumerThreadsMove64MiBIntactSleepingOnDoorbells
   EXPECT_EQ(fail.reason(), "");
   RecordProperty("producer_sleeps", std::to_string(producer_sleeps.load()));
   RecordProperty("consumer_sleeps", std::to_string(consumer_sleeps.load()));
-  RecordProperty("consumer_rescued_by_looking_again", std::to_string(consumer_rescued.load()));
+  RecordProperty("bytes_found_by_the_look_before_sleeping",
+                 std::to_string(found_before_sleep.load()));
+  RecordProperty("bytes_found_when_the_timer_expired", std::to_string(found_by_timer.load()));
 }
 
 // The race the doorbell flags exist for, provoked as often as a short test can: two sides
 // ping-pong one byte at a time, and before arming each spins a random while, so that its arm
 // often lands just as the other side writes. A side that armed, found its ring empty, looked
-// again after its bounded first sleep and then waits in vain for its doorbell has lost a
-// wake-up.
+// again before sleeping and once its timer expired, and then waits in vain for its doorbell has
+// lost a wake-up.
 TEST(ShmConcurrent, PingPongOfSingleBytesLosesNoWakeUp) {
   constexpr int kRounds = 20'000;
   constexpr int kWaitMs = 5'000;  // far beyond any legitimate sleep: a lost wake-up
@@ -237,7 +258,8 @@ TEST(ShmConcurrent, PingPongOfSingleBytesLosesNoWakeUp) {
   ASSERT_TRUE(bells[1].valid());
 
   FirstFailure fail(bells[0], bells[1]);
-  std::atomic<uint64_t> rescued{0};
+  std::atomic<uint64_t> found_before_sleep{0};
+  std::atomic<uint64_t> found_by_timer{0};
 
   // Side 0 (the connecting side) sends byte `round` and waits for it to come back; side 1
   // waits for it and sends it back.
@@ -289,7 +311,7 @@ TEST(ShmConcurrent, PingPongOfSingleBytesLosesNoWakeUp) {
         if (spun < limit) continue;
         const Armed armed = rx.arm_consumer();
         if (armed == Armed::kBytes) continue;
-        if (!sleeper.sleep(mine, armed, kWaitMs)) {
+        if (!sleeper.sleep(rx, mine, armed, kWaitMs)) {
           fail(who + ": lost wake-up in round " + std::to_string(round));
           return false;
         }
@@ -300,14 +322,17 @@ TEST(ShmConcurrent, PingPongOfSingleBytesLosesNoWakeUp) {
       if (me == 0 && !(send(round) && receive(round))) return;
       if (me == 1 && !(receive(round) && send(round))) return;
     }
-    rescued.fetch_add(sleeper.rescued());
+    found_before_sleep.fetch_add(sleeper.found_before_sleep());
+    found_by_timer.fetch_add(sleeper.found_by_timer());
   };
   std::thread a(side, 0);
   std::thread b(side, 1);
   a.join();
   b.join();
   EXPECT_EQ(fail.reason(), "");
-  RecordProperty("rescued_by_looking_again", std::to_string(rescued.load()));
+  RecordProperty("bytes_found_by_the_look_before_sleeping",
+                 std::to_string(found_before_sleep.load()));
+  RecordProperty("bytes_found_when_the_timer_expired", std::to_string(found_by_timer.load()));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "shm_util.h"
 
@@ -270,6 +271,72 @@ TEST_F(ShmRing, ArmProducerThatFindsRoomAfterAConsumeNeedsNoBell) {
   EXPECT_TRUE(ring_.arm_producer());
   EXPECT_EQ(write_bytes(ring_, Bytes(20, 0)), 10u);
   EXPECT_FALSE(ring_.consume(10));
+}
+
+// --- RecheckTimer: when a consumer that armed looks again without a doorbell -------------------
+
+TEST(RecheckTimer, AFreshArmSetsTheTimerForTheBoundLater) {
+  RecheckTimer t;
+  EXPECT_EQ(t.due(), 0) << "nothing owed before any arm";
+  EXPECT_EQ(t.armed(1'000), 1'000 + kRecheckNs);
+  EXPECT_EQ(t.due(), 1'000 + kRecheckNs);
+  EXPECT_EQ(t.expired(1'000 + kRecheckNs), 0) << "no arm since: the look is all that was owed";
+  EXPECT_EQ(t.due(), 0);
+}
+
+TEST(RecheckTimer, ArmsWhileItIsSetDoNotSetItAgain) {
+  RecheckTimer t;
+  ASSERT_EQ(t.armed(0), kRecheckNs);
+  for (int64_t at = 10'000; at < kRecheckNs; at += 10'000) {
+    EXPECT_EQ(t.armed(at), 0) << "an arm at " << at << " ns is served by the timer already set";
+  }
+  EXPECT_EQ(t.due(), kRecheckNs);
+}
+
+TEST(RecheckTimer, ItsExpiryOwesTheArmsSinceItWasSetALookTheBoundAfterTheLastOfThem) {
+  RecheckTimer t;
+  ASSERT_EQ(t.armed(0), kRecheckNs);
+  t.armed(300'000);
+  t.armed(kRecheckNs - 1);
+  EXPECT_EQ(t.expired(kRecheckNs), 2 * kRecheckNs - 1)
+      << "the arm just before the expiry gets its full bound, not the rest of this period";
+  EXPECT_EQ(t.armed(kRecheckNs + 5), 0);
+  EXPECT_EQ(t.expired(2 * kRecheckNs - 1), kRecheckNs + 5 + kRecheckNs);
+  EXPECT_EQ(t.expired(2 * kRecheckNs + 5), 0);
+}
+
+TEST(RecheckTimer, EveryArmIsLookedAtBetweenOnceAndTwiceTheBoundLater) {
+  // Arms at a varying pace against an engine that reacts to the timer at once: the first look
+  // at least kRecheckNs after each arm comes less than 2 * kRecheckNs after it.
+  RecheckTimer t;
+  std::vector<int64_t> arms;
+  std::vector<int64_t> looks;
+  int64_t now = 0;
+  uint32_t seed = 12345;
+  while (now < 50 * kRecheckNs) {
+    seed = seed * 1103515245 + 12345;
+    const int64_t step = 1'000 + (seed >> 8) % (3 * kRecheckNs / 2);
+    const int64_t next_arm = now + step;
+    while (t.due() != 0 && t.due() <= next_arm) {
+      now = t.due();
+      looks.push_back(now);
+      t.expired(now);
+    }
+    now = next_arm;
+    arms.push_back(now);
+    t.armed(now);
+  }
+  while (t.due() != 0) {
+    now = t.due();
+    looks.push_back(now);
+    t.expired(now);
+  }
+  for (const int64_t a : arms) {
+    const auto look = std::lower_bound(looks.begin(), looks.end(), a + kRecheckNs);
+    ASSERT_NE(look, looks.end()) << "the arm at " << a << " ns was never looked at";
+    EXPECT_LE(*look - a, 2 * kRecheckNs) << "the arm at " << a << " ns";
+  }
+  EXPECT_LT(looks.size(), arms.size()) << "one timer serves several arms";
 }
 
 // --- Ring: indices a peer corrupted ---------------------------------------------------------
