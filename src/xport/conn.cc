@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cerrno>
 #include <chrono>
@@ -823,7 +824,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
           int64_t ns = now_ns() - std::exchange(rx_timed_at_, 0);
           if (seen <= shm::kPublishEvery && len != 0)
             ns += ns * static_cast<int64_t>(seen) / static_cast<int64_t>(len);
-          note_copy_locked(len, CopyPath::kRing, ns);
+          note_copy_locked(len, CopyPath::kRing, ns, 0);
         }
         framer_.next_frame();
         have_place_ = false;
@@ -881,7 +882,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       }
       // Whole in the ring when first seen: what the ring cost this side is its copy out.
       if (started != 0) {
-        note_copy_locked(whole.length, CopyPath::kRing, now_ns() - started);
+        note_copy_locked(whole.length, CopyPath::kRing, now_ns() - started, 0);
       }
       off += wire::kHeaderSize + whole.length;
       continue;
@@ -1025,7 +1026,9 @@ bool Conn::answer_request_locked(const wire::Header& h) {
     const int64_t started = timed ? now_ns() : 0;
     const RmaStatus status = owner()->remote_access(a, nullptr);
     if (timed && status == RmaStatus::kOk) {
-      note_copy_locked(copy.len(), CopyPath::kDirect, now_ns() - started);
+      // The region's key and address name the destination.
+      note_copy_locked(copy.len(), CopyPath::kDirect, now_ns() - started,
+                       h.tag ^ std::rotl(h.data, 17));
     }
     if (copy.stuck()) {
       fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR,
@@ -1147,7 +1150,11 @@ bool Conn::deliver_direct_locked(const wire::Header& h) {
                              : "a direct message whose bytes this process could not copy");
     return false;
   }
-  if (timed) note_copy_locked(copy.len(), CopyPath::kDirect, now_ns() - started);
+  if (timed) {
+    note_copy_locked(
+        copy.len(), CopyPath::kDirect, now_ns() - started,
+        place_.iov_count > 0 ? reinterpret_cast<uintptr_t>(place_.iov[0].iov_base) : 0);
+  }
   return true;
 }
 

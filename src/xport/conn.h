@@ -144,9 +144,10 @@ class Conn final : public Connection, public Pollable {
   // Copy choice (xport/copy_choice.h), the receiver's side. Whether a frame of `op` that brings
   // len bytes `path`'s way is timed for the advisor: a message or write, from the smallest size
   // that may go direct, that the advisor wants a sample of. note_copy_locked() records one that
-  // took ns and publishes the advice if that changed it.
+  // took ns (a direct one into the destination named `dest`, CopyAdvisor::record_direct(); 0
+  // for the ring) and publishes the advice if that changed it.
   bool timed_locked(wire::Op op, CopyPath path, size_t len) FABQ_REQUIRES(mu_);
-  void note_copy_locked(size_t len, CopyPath path, int64_t ns) FABQ_REQUIRES(mu_);
+  void note_copy_locked(size_t len, CopyPath path, int64_t ns, uint64_t dest) FABQ_REQUIRES(mu_);
   // Sharing a copy (shm.h). The initiator's side: remembers a direct request the peer may offer
   // a part of; copies the part the peer offers, if it is one of those; forgets the request
   // answered now.

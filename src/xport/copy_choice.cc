@@ -77,6 +77,23 @@ bool CopyAdvisor::record(size_t len, CopyPath path, uint64_t ns) {
   return advice_ != was;
 }
 
+bool CopyAdvisor::record_direct(size_t len, uint64_t dest, uint64_t ns) {
+  const uint64_t* const first = destinations_;
+  const uint64_t* const end = first + destinations_known_;
+  if (std::find(first, end, dest) != end) {
+    new_in_a_row_ = 0;
+    return record(len, CopyPath::kDirect, ns);
+  }
+  destinations_[destination_next_] = dest;
+  destination_next_ = static_cast<uint8_t>((destination_next_ + 1) % kDestinations);
+  if (destinations_known_ < kDestinations) ++destinations_known_;
+  if (new_in_a_row_ < kEnough) {
+    ++new_in_a_row_;
+    return false;
+  }
+  return record(len, CopyPath::kDirect, ns);
+}
+
 CopyPath CopyPlanner::next(size_t len, uint64_t advice) const {
   const int c = copy_class(len);
   const Turns& t = turns_[c];

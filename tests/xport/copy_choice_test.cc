@@ -66,6 +66,59 @@ TEST(CopyAdvisor, TheAdvisedWayStaysUntilTheOtherIsFasterByASixteenth) {
   EXPECT_FALSE(advice_direct(a.advice(), 2));
 }
 
+TEST(CopyAdvisor, TheFirstDirectCopyIntoEachDestinationIsLeftOut) {
+  // The RMA write benchmark's pattern: four slots of 4 MiB, the first copy into each cold.
+  constexpr size_t k4M = 4 << 20;
+  constexpr int c = 7;
+  CopyAdvisor a;
+  record(&a, k4M, CopyPath::kRing, {300'000, 300'000, 300'000});
+  EXPECT_FALSE(a.record_direct(k4M, 0, 7'000'000));
+  EXPECT_FALSE(a.record_direct(k4M, 1, 7'000'000));
+  EXPECT_FALSE(a.record_direct(k4M, 2, 7'000'000));
+  EXPECT_EQ(a.estimate(c, CopyPath::kDirect), 0u) << "three new destinations: no sample kept";
+  EXPECT_FALSE(a.record_direct(k4M, 0, 220'000));
+  EXPECT_FALSE(a.record_direct(k4M, 1, 220'000));
+  EXPECT_FALSE(a.record_direct(k4M, 3, 7'000'000)) << "a fourth new one is left out too";
+  EXPECT_TRUE(a.record_direct(k4M, 2, 220'000));
+  EXPECT_TRUE(advice_direct(a.advice(), c)) << "what the slots cost when used again decides";
+  EXPECT_EQ(a.estimate(c, CopyPath::kDirect), 220'000u);
+}
+
+TEST(CopyAdvisor, DirectCopiesThatKeepMeetingNewDestinationsCountAfterThreeInARow) {
+  CopyAdvisor a;
+  record(&a, k64K, CopyPath::kRing, {1000, 1000, 1000});
+  uint64_t dest = 100;
+  for (int i = 0; i < CopyAdvisor::kEnough; ++i) {
+    EXPECT_FALSE(a.record_direct(k64K, dest++, 5000));
+  }
+  EXPECT_EQ(a.estimate(2, CopyPath::kDirect), 0u);
+  a.record_direct(k64K, dest++, 5000);
+  a.record_direct(k64K, dest++, 5000);
+  a.record_direct(k64K, dest++, 5000);
+  EXPECT_EQ(a.estimate(2, CopyPath::kDirect), 5000u) << "new destinations are the pattern";
+  EXPECT_TRUE(advice_known(a.advice(), 2));
+  EXPECT_FALSE(advice_direct(a.advice(), 2));
+}
+
+TEST(CopyAdvisor, ItRemembersTheLast16DestinationsOfDirectCopies) {
+  CopyAdvisor a;
+  record(&a, k64K, CopyPath::kRing, {1000, 1000, 1000});
+  for (uint64_t d = 0; d < CopyAdvisor::kDestinations; ++d) {
+    a.record_direct(k64K, d, 100);  // new: left out
+    a.record_direct(k64K, d, 100);  // known now: counted
+  }
+  ASSERT_EQ(a.estimate(2, CopyPath::kDirect), 100u);
+  // Three more push out destinations 0, 1 and 2; a known one after them ends the run of new.
+  a.record_direct(k64K, 16, 100);
+  a.record_direct(k64K, 17, 100);
+  a.record_direct(k64K, 18, 100);
+  a.record_direct(k64K, 18, 100);
+  for (uint64_t d = 0; d < 3; ++d) a.record_direct(k64K, d, 90'000);
+  EXPECT_EQ(a.estimate(2, CopyPath::kDirect), 100u) << "0, 1 and 2 were forgotten: new again";
+  for (uint64_t d = 6; d < 9; ++d) a.record_direct(k64K, d, 90'000);
+  EXPECT_EQ(a.estimate(2, CopyPath::kDirect), 90'000u) << "6, 7 and 8 are still remembered";
+}
+
 TEST(CopyAdvisor, ClassesAreAdvisedApart) {
   CopyAdvisor a;
   record(&a, 16 * 1024, CopyPath::kRing, {1000, 1000, 1000});
