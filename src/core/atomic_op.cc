@@ -327,14 +327,16 @@ SpinLock& stripe_for(const void* addr) {
   return g_stripes[(a * 0x9E3779B97F4A7C15ull) >> (64 - kStripeBits)].lock;
 }
 
+// Copies the element's bytes from before the op to `prev` (if not null) as they were: a long
+// double passed by value goes through an x87 register, which keeps 10 of its 16 bytes.
 template <class T>
-T update_locked(int op, void* addr, const T& operand, const T& compare) {
+void update_locked(int op, void* addr, const T& operand, const T& compare, unsigned char* prev) {
   SpinLockHolder hold(stripe_for(addr));
+  if (prev != nullptr) std::memcpy(prev, addr, sizeof(T));
   T cur;
   copy_in(cur, addr);
   T next{};
   if (next_value(op, cur, operand, compare, next)) copy_out(addr, next);
-  return cur;
 }
 
 // --- Arrays -------------------------------------------------------------------------------------
@@ -353,14 +355,15 @@ void apply_elements(int op, void* target, const void* operand, const void* compa
     if (o != nullptr) copy_in(a, o + at);
     if (c != nullptr) copy_in(b, c + at);
     void* addr = t + at;
-    T prev;
+    unsigned char* const prev = r != nullptr ? r + at : nullptr;
     if constexpr (kLockFreeSize<sizeof(T)>) {
-      prev = lock_free_at<T>(addr) ? update_lock_free<T>(op, addr, a, b)
-                                   : update_locked<T>(op, addr, a, b);
-    } else {
-      prev = update_locked<T>(op, addr, a, b);
+      if (lock_free_at<T>(addr)) {
+        const T was = update_lock_free<T>(op, addr, a, b);  // 8 bytes at most: in a GPR or SSE
+        if (prev != nullptr) copy_out(prev, was);
+        continue;
+      }
     }
-    if (r != nullptr) copy_out(r + at, prev);
+    update_locked<T>(op, addr, a, b, prev);
   }
 }
 

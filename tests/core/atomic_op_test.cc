@@ -292,6 +292,47 @@ TEST(AtomicFetch, EveryFetchOpReturnsTheValueFromBefore) {
   EXPECT_EQ(cprev, FloatComplex(0, 2));
 }
 
+// A long double is 10 bytes of value in 16 here: what a fetch returns is the target's 16 bytes
+// as they were, the 6 unused ones too, as a peer that compares buffers bytewise would expect.
+TEST(AtomicFetch, TheFetchedBytesAreTheTargetsAsTheyWereEvenWhereTheTypeHasUnusedBytes) {
+  struct Case {
+    AtomicKind kind;
+    int op;
+    int datatype;
+  };
+  const Case cases[] = {{AtomicKind::kFetch, FI_SUM, FI_LONG_DOUBLE},
+                        {AtomicKind::kFetch, FI_MIN, FI_LONG_DOUBLE},
+                        {AtomicKind::kFetch, FI_ATOMIC_READ, FI_LONG_DOUBLE},
+                        {AtomicKind::kFetch, FI_ATOMIC_WRITE, FI_LONG_DOUBLE},
+                        {AtomicKind::kCompare, FI_CSWAP, FI_LONG_DOUBLE},
+                        {AtomicKind::kFetch, FI_SUM, FI_LONG_DOUBLE_COMPLEX},
+                        {AtomicKind::kCompare, FI_CSWAP, FI_LONG_DOUBLE_COMPLEX}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "op " << c.op << " datatype " << c.datatype);
+    const size_t n = atomic_datatype_size(c.datatype);
+    ASSERT_LE(n, 32u);
+    alignas(16) unsigned char target[32];
+    alignas(16) unsigned char before[32];
+    alignas(16) unsigned char operand[32] = {};
+    alignas(16) unsigned char compare[32] = {};
+    alignas(16) unsigned char result[32] = {};
+    // The values 2 (and 2 + 0i), with every unused byte 0xa5.
+    std::memset(target, 0xa5, sizeof target);
+    const long double two = 2;
+    std::memcpy(target, &two, 10);
+    if (c.datatype == FI_LONG_DOUBLE_COMPLEX) {
+      const long double zero = 0;
+      std::memcpy(target + n / 2, &zero, 10);
+    }
+    std::memcpy(before, target, n);
+    const long double one = 1;
+    std::memcpy(operand, &one, 10);
+    std::memcpy(compare, target, n);  // equal: the swap happens
+    atomic_apply(c.kind, c.op, c.datatype, target, operand, compare, result, 1);
+    EXPECT_EQ(std::memcmp(result, before, n), 0);
+  }
+}
+
 // compare <op> target, the compare value on the left (fi_atomic(3)): for each op, whether it
 // swaps when compare is below, equal to and above the target.
 struct CswapCase {
