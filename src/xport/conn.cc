@@ -824,7 +824,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
           int64_t ns = now_ns() - std::exchange(rx_timed_at_, 0);
           if (seen <= shm::kPublishEvery && len != 0)
             ns += ns * static_cast<int64_t>(seen) / static_cast<int64_t>(len);
-          note_copy_locked(len, CopyPath::kRing, ns, 0);
+          note_ring_copy_locked(len, ns);
         }
         framer_.next_frame();
         have_place_ = false;
@@ -882,7 +882,7 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       }
       // Whole in the ring when first seen: what the ring cost this side is its copy out.
       if (started != 0) {
-        note_copy_locked(whole.length, CopyPath::kRing, now_ns() - started, 0);
+        note_ring_copy_locked(whole.length, now_ns() - started);
       }
       off += wire::kHeaderSize + whole.length;
       continue;
@@ -1027,8 +1027,7 @@ bool Conn::answer_request_locked(const wire::Header& h) {
     const RmaStatus status = owner()->remote_access(a, nullptr);
     if (timed && status == RmaStatus::kOk) {
       // The region's key and address name the destination.
-      note_copy_locked(copy.len(), CopyPath::kDirect, now_ns() - started,
-                       h.tag ^ std::rotl(h.data, 17));
+      note_direct_copy_locked(copy.len(), h.tag ^ std::rotl(h.data, 17), now_ns() - started);
     }
     if (copy.stuck()) {
       fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR,
@@ -1151,9 +1150,9 @@ bool Conn::deliver_direct_locked(const wire::Header& h) {
     return false;
   }
   if (timed) {
-    note_copy_locked(
-        copy.len(), CopyPath::kDirect, now_ns() - started,
-        place_.iov_count > 0 ? reinterpret_cast<uintptr_t>(place_.iov[0].iov_base) : 0);
+    note_direct_copy_locked(
+        copy.len(), place_.iov_count > 0 ? reinterpret_cast<uintptr_t>(place_.iov[0].iov_base) : 0,
+        now_ns() - started);
   }
   return true;
 }

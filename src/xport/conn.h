@@ -143,11 +143,13 @@ class Conn final : public Connection, public Pollable {
   bool go_direct_locked(TxOp* op, wire::Header* h) FABQ_REQUIRES(mu_);
   // Copy choice (xport/copy_choice.h), the receiver's side. Whether a frame of `op` that brings
   // len bytes `path`'s way is timed for the advisor: a message or write, from the smallest size
-  // that may go direct, that the advisor wants a sample of. note_copy_locked() records one that
-  // took ns (a direct one into the destination named `dest`, CopyAdvisor::record_direct(); 0
-  // for the ring) and publishes the advice if that changed it.
+  // that may go direct, that the advisor wants a sample of. note_*_copy_locked() record one
+  // that took ns (a direct one into the destination named `dest`, CopyAdvisor::record_direct())
+  // and publish the advice if that changed it (advice_changed_locked()).
   bool timed_locked(wire::Op op, CopyPath path, size_t len) FABQ_REQUIRES(mu_);
-  void note_copy_locked(size_t len, CopyPath path, int64_t ns, uint64_t dest) FABQ_REQUIRES(mu_);
+  void note_ring_copy_locked(size_t len, int64_t ns) FABQ_REQUIRES(mu_);
+  void note_direct_copy_locked(size_t len, uint64_t dest, int64_t ns) FABQ_REQUIRES(mu_);
+  void advice_changed_locked() FABQ_REQUIRES(mu_);
   // Sharing a copy (shm.h). The initiator's side: remembers a direct request the peer may offer
   // a part of; copies the part the peer offers, if it is one of those; forgets the request
   // answered now.

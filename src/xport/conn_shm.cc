@@ -185,12 +185,21 @@ bool Conn::timed_locked(wire::Op op, CopyPath path, size_t len) {
   return min != 0 && len >= min && advisor_.wants(len, path);
 }
 
-void Conn::note_copy_locked(size_t len, CopyPath path, int64_t ns, uint64_t dest) {
-  const auto t = static_cast<uint64_t>(std::max<int64_t>(ns, 0));
-  if (!(path == CopyPath::kDirect ? advisor_.record_direct(len, dest, t)
-                                  : advisor_.record(len, path, t))) {
-    return;
-  }
+namespace {
+uint64_t nonnegative(int64_t ns) {
+  return static_cast<uint64_t>(std::max<int64_t>(ns, 0));
+}
+}  // namespace
+
+void Conn::note_ring_copy_locked(size_t len, int64_t ns) {
+  if (advisor_.record(len, CopyPath::kRing, nonnegative(ns))) advice_changed_locked();
+}
+
+void Conn::note_direct_copy_locked(size_t len, uint64_t dest, int64_t ns) {
+  if (advisor_.record_direct(len, dest, nonnegative(ns))) advice_changed_locked();
+}
+
+void Conn::advice_changed_locked() {
   const uint64_t advice = advisor_.advice();
   seg_.advise_peer(shm_connecting_, advice);
   char what[160];
