@@ -173,16 +173,14 @@ void Conn::take_share_locked() {
 }
 
 bool Conn::timed_locked(wire::Op op, CopyPath path, size_t len) {
-  const TransportConfig& c = engine_->config();
-  if (!rx_shm_ || !c.adapt_copies || direct_peer_pid_ == 0) return false;
-  if (op != wire::Op::kMsg && op != wire::Op::kTagged && op != wire::Op::kWrite) return false;
   // From the smallest size this side's sends may go direct at: the peer's are the same unless
   // the two were configured apart, and a class never timed only keeps the peer exploring.
-  size_t min = 0;
-  for (const size_t m : {c.direct_min, c.direct_msg_idle_min, c.direct_msg_min}) {
-    if (m != 0 && (min == 0 || m < min)) min = m;
-  }
-  return min != 0 && len >= min && advisor_.wants(len, path);
+  // Checked first: most frames are below it.
+  const size_t floor = engine_->direct_floor();
+  if (floor == 0 || len < floor) return false;
+  if (!rx_shm_ || !engine_->config().adapt_copies || direct_peer_pid_ == 0) return false;
+  if (op != wire::Op::kMsg && op != wire::Op::kTagged && op != wire::Op::kWrite) return false;
+  return advisor_.wants(len, path);
 }
 
 namespace {

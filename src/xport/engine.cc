@@ -35,6 +35,14 @@ Engines& engines() {
 
 Engine::Engine(const TransportConfig& config)
     : config_(config),
+      direct_floor_([&] {
+        size_t floor = 0;
+        for (const size_t m :
+             {config.direct_min, config.direct_msg_idle_min, config.direct_msg_min}) {
+          if (m != 0 && (floor == 0 || m < floor)) floor = m;
+        }
+        return floor;
+      }()),
       epfd_(epoll_create1(EPOLL_CLOEXEC)),
       kick_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       recheck_fd_(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {

@@ -56,6 +56,9 @@ class Engine final : public Transport {
   std::unique_ptr<Datagram> open_datagram(Owner* owner, const sockaddr_in& at, int* err) override;
 
   const TransportConfig& config() const { return config_; }
+  // The smallest size at which any copy may go direct (the least of config()'s nonzero
+  // direct_min, direct_msg_idle_min and direct_msg_min); 0 when none may.
+  size_t direct_floor() const { return direct_floor_; }
   // printf-style, to config().log; at most one line.
   void log(LogLevel level, const char* fmt, ...) const __attribute__((format(printf, 3, 4)));
   // When a connection attempt (or an accepted request) that starts now gives up.
@@ -122,6 +125,7 @@ class Engine final : public Transport {
   void kick();
 
   const TransportConfig config_;
+  const size_t direct_floor_;
   // The engine lock (docs/locking.md #3): one round at a time, and what a round reaches is
   // not destroyed under it (destructors take it; retired objects are freed after it).
   core::Mutex mu_;
