@@ -449,17 +449,25 @@ class Run {
     return false;
   }
 
-  // A request acted on (reported or accepted): as wire.h says, with its data and offer.
+  // A request acted on (reported or accepted): as wire.h says, with its data and offer. An RDM
+  // request is a name, alone or followed by a little-endian word: the receive context in its
+  // low 31 bits, "takes nothing back" in its top one.
   void check_taken(const Next& next, const Header& req, const unsigned char* data, size_t len) {
     if (rdm_) {
       sockaddr_in name{};
-      if (len == sizeof(name)) std::memcpy(&name, data, sizeof(name));
+      const bool sized = len == sizeof(name) || len == sizeof(name) + 4;
+      if (sized) std::memcpy(&name, data, sizeof(name));
       if (name.sin_family != AF_INET) {
         check(next.step == Step::kViolation);
         return;
       }
       check(next.step == Step::kAcceptPeer && next.state == State::kAccepted);
       check(std::memcmp(&next.peer, &name, sizeof(name)) == 0);
+      uint32_t word = 0;
+      for (size_t i = sizeof(name); i < len; ++i) {
+        word |= static_cast<uint32_t>(data[i]) << (8 * (i - sizeof(name)));
+      }
+      check(next.rx == (word & 0x7fffffffu) && next.one_way == ((word >> 31) != 0));
     } else {
       check(next.step == Step::kReport && next.state == State::kPending);
     }
