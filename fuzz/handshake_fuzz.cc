@@ -455,7 +455,7 @@ class Run {
   void check_taken(const Next& next, const Header& req, const unsigned char* data, size_t len) {
     if (rdm_) {
       sockaddr_in name{};
-      const bool sized = len == sizeof(name) || len == sizeof(name) + 4;
+      const bool sized = len == wire::kRdmRequestShort || len == wire::kRdmRequestLong;
       if (sized) std::memcpy(&name, data, sizeof(name));
       if (name.sin_family != AF_INET) {
         check(next.step == Step::kViolation);
@@ -467,7 +467,8 @@ class Run {
       for (size_t i = sizeof(name); i < len; ++i) {
         word |= static_cast<uint32_t>(data[i]) << (8 * (i - sizeof(name)));
       }
-      check(next.rx == (word & 0x7fffffffu) && next.one_way == ((word >> 31) != 0));
+      check(next.rx == (word & wire::kRdmRxMask) &&
+            next.one_way == ((word & wire::kRdmOneWay) != 0));
     } else {
       check(next.step == Step::kReport && next.state == State::kPending);
     }
