@@ -49,9 +49,11 @@ constexpr uint64_t kRdmOnlyTxCaps = FI_NAMED_RX_CTX;
 constexpr uint64_t kMsgCaps = kCaps | FI_MULTI_RECV;
 constexpr uint64_t kRdmCaps = kMsgCaps | kRdmOnlyRxCaps | kRdmOnlyTxCaps;
 // Datagram endpoints (FI_EP_DGRAM over UDP): messages, sources, multicast groups (prov/mc.h).
-// No tags, no one-sided operations, no multi-receive buffers.
+// No tags, no one-sided operations, no multi-receive buffers. FI_MULTICAST is a transmit
+// attribute only (fi_endpoint(3) lists it among the transmit capabilities, not the receive
+// ones); joining and receiving from a group follow the endpoint's caps.
 constexpr uint64_t kDgramTxCaps = FI_MSG | FI_SEND | FI_MULTICAST;
-constexpr uint64_t kDgramRxCaps = FI_MSG | FI_RECV | FI_MULTICAST | FI_SOURCE;
+constexpr uint64_t kDgramRxCaps = FI_MSG | FI_RECV | FI_SOURCE;
 constexpr uint64_t kDgramCaps = kDgramTxCaps | kDgramRxCaps | kDomainCaps;
 constexpr uint64_t kRdmRxCaps = kRxCaps | FI_MULTI_RECV | kRdmOnlyRxCaps;
 // What an info carries when the hints name no capability. FI_DIRECTED_RECV is a primary
@@ -247,7 +249,9 @@ bool tx_ok(const fi_tx_attr* h) {
 
 bool rx_ok(const fi_rx_attr* h, ApiVersion api) {
   if (h == nullptr) return true;
-  return subset(h->caps, rdm_rx_caps(api) | kDgramRxCaps | kDomainCaps) &&
+  // Receive hints may copy the endpoint's caps: its domain bits and FI_MULTICAST are taken and
+  // left out of rx_attr->caps, as the receive capabilities do not include them.
+  return subset(h->caps, rdm_rx_caps(api) | kDgramRxCaps | FI_MULTICAST | kDomainCaps) &&
          subset(h->op_flags, kRxOpFlags | kDgramRxOpFlags) && subset(h->msg_order, kMsgOrder) &&
          subset(h->comp_order, kCompOrder) && h->total_buffered_recv <= kMaxMsgSize &&
          h->size <= kQueueDepth && h->iov_limit <= kIovLimit;

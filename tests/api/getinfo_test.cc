@@ -589,6 +589,47 @@ TEST(Getinfo, EndpointTypeDgramGivesUnorderedDatagramMessagesWithMulticast) {
   EXPECT_EQ(info->domain_attr->max_ep_stx_ctx, 0u);
 }
 
+// fi_endpoint(3): "The following capabilities apply to the transmit attributes: FI_MSG, FI_RMA,
+// FI_TAGGED, FI_ATOMIC, FI_READ, FI_WRITE, FI_SEND, FI_HMEM, FI_TRIGGER, FI_FENCE, FI_MULTICAST,
+// FI_RMA_PMEM, FI_NAMED_RX_CTX, FI_COLLECTIVE, and FI_XPU", and to the receive attributes
+// "FI_MSG, FI_RMA, FI_TAGGED, FI_ATOMIC, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_RECV, FI_HMEM,
+// FI_TRIGGER, FI_RMA_PMEM, FI_DIRECTED_RECV, FI_VARIABLE_MSG, FI_MULTI_RECV, FI_SOURCE,
+// FI_RMA_EVENT, FI_SOURCE_ERR, FI_COLLECTIVE, and FI_XPU"; and "the capabilities must be a
+// subset of those requested of the associated endpoint". Every type, with and without caps
+// asked for. (FI_XPU, which libfabric 1.17's header does not define, fabq never reports.)
+TEST(Getinfo, ContextCapsAreOnlyThoseThatApplyToTheirDirection) {
+  constexpr uint64_t kTxApply = FI_MSG | FI_RMA | FI_TAGGED | FI_ATOMIC | FI_READ | FI_WRITE |
+                                FI_SEND | FI_HMEM | FI_TRIGGER | FI_FENCE | FI_MULTICAST |
+                                FI_RMA_PMEM | FI_NAMED_RX_CTX | FI_COLLECTIVE;
+  constexpr uint64_t kRxApply = FI_MSG | FI_RMA | FI_TAGGED | FI_ATOMIC | FI_REMOTE_READ |
+                                FI_REMOTE_WRITE | FI_RECV | FI_HMEM | FI_TRIGGER | FI_RMA_PMEM |
+                                FI_DIRECTED_RECV | FI_VARIABLE_MSG | FI_MULTI_RECV | FI_SOURCE |
+                                FI_RMA_EVENT | FI_SOURCE_ERR | FI_COLLECTIVE;
+  auto hints = lo_hints();
+  std::set<int> types;
+  auto check = [&](const fi_info* list, const char* what) {
+    for (const fi_info* i : as_vector(list)) {
+      if (strcmp(prov_name(i), "fabq") != 0) continue;
+      types.insert(i->ep_attr->type);
+      EXPECT_EQ(i->tx_attr->caps & ~kTxApply, 0u) << what << ", type " << i->ep_attr->type << ": "
+                                                  << fi_tostr(&i->tx_attr->caps, FI_TYPE_CAPS);
+      EXPECT_EQ(i->rx_attr->caps & ~kRxApply, 0u) << what << ", type " << i->ep_attr->type << ": "
+                                                  << fi_tostr(&i->rx_attr->caps, FI_TYPE_CAPS);
+      EXPECT_EQ(i->tx_attr->caps & ~i->caps, 0u) << what;
+      EXPECT_EQ(i->rx_attr->caps & ~i->caps, 0u) << what;
+    }
+  };
+  auto [rc, plain] = getinfo(kVersion, nullptr, nullptr, 0, fabq_only_hints().get());
+  ASSERT_EQ(rc, 0) << fi_strerror(-rc);
+  check(plain.get(), "no caps asked for");
+  hints->caps = FI_MSG | FI_MULTICAST;
+  hints->rx_attr->caps = hints->caps;  // copied from the endpoint's, as applications do
+  auto [rc2, mc] = getinfo(kVersion, nullptr, nullptr, 0, hints.get());
+  ASSERT_EQ(rc2, 0) << fi_strerror(-rc2);
+  check(mc.get(), "multicast asked for");
+  EXPECT_EQ(types, (std::set<int>{FI_EP_MSG, FI_EP_RDM, FI_EP_DGRAM}));
+}
+
 TEST(Getinfo, MulticastOnlyOnDgramAndWhatDgramCannotDoGivesEnodata) {
   auto hints = lo_hints();
   hints->caps = FI_MSG | FI_MULTICAST;
