@@ -81,6 +81,15 @@ int rma_error(xport::RmaStatus s) {
   return FI_EIO;
 }
 
+// Whether the answer (or piece of one, wire.h) `in` fits the read or atomic `op`: a refusal or a
+// direct read's answer carries no bytes and ends it; otherwise its bytes lie inside the result,
+// and the last piece ends exactly at its end. (The connection checked that pieces come in order.)
+bool answer_fits(const xport::TxOp& op, const xport::Incoming& in) {
+  if (in.status != xport::RmaStatus::kOk || in.direct) return in.len == 0 && !in.more;
+  if (in.offset > op.result_len || in.len > op.result_len - in.offset) return false;
+  return in.more || in.offset + in.len == op.result_len;
+}
+
 size_t total_len(const iovec* iov, size_t count) {
   size_t len = 0;
   for (size_t i = 0; i < count; ++i) len += iov[i].iov_len;
@@ -827,6 +836,7 @@ bool Endpoint::placed_locked(const Incoming& in, Placement* p, std::vector<uint3
       break;
     case PlaceRecord::Kind::kAnswer: {
       TxOp* op = std::exchange(rec.op, nullptr);
+      if (in.more) return false;  // a piece: the read completes with its last one
       finish_send(op, rma_error(in.status), &events, in.status);
       outbox().add(domain_, tx_cq_, events);
       return false;
@@ -1561,11 +1571,8 @@ bool Endpoint::place_answer_locked(const Incoming& in, Placement* p) {
   PlaceRecord& rec = p->as<PlaceRecord>();
   TxOp* op = tx_ring_.find_written(in.seq);
   const TxKind want = in.kind == xport::InKind::kReadResp ? TxKind::kRead : TxKind::kAtomic;
-  // A direct read's answer carries no bytes: the target copied them into the result buffers.
-  const size_t expect =
-      op != nullptr && in.status == xport::RmaStatus::kOk && !in.direct ? op->result_len : 0;
-  if (op == nullptr || op->conn != in.via || op->kind != want || in.len != expect ||
-      in.direct != op->direct) {
+  if (op == nullptr || op->conn != in.via || op->kind != want || in.direct != op->direct ||
+      !answer_fits(*op, in)) {
     p->bad = true;
     return true;
   }
@@ -1573,7 +1580,7 @@ bool Endpoint::place_answer_locked(const Incoming& in, Placement* p) {
   rec.op = op;
   for (size_t i = 0; i < op->result_count; ++i) p->iov[i] = op->result[i];
   p->iov_count = op->result_count;
-  p->capacity = in.len;
+  p->capacity = static_cast<size_t>(in.offset) + in.len;
   return true;
 }
 
@@ -1674,6 +1681,10 @@ xport::RmaStatus Endpoint::remote_access(const xport::RemoteAccess& a, void* out
     refused_locked(status);
     return status;
   }
+  if (a.part == xport::AccessPart::kCheck) {
+    release_region(use.region);
+    return xport::RmaStatus::kOk;
+  }
   if (a.direct != nullptr) {
     if (!a.direct->copy(use.at)) {
       const int err = errno;
@@ -1687,11 +1698,13 @@ xport::RmaStatus Endpoint::remote_access(const xport::RemoteAccess& a, void* out
     core::atomic_apply(a.kind, a.op, a.datatype, use.at, a.operand, a.compare,
                        fetch ? out : nullptr, a.count);
   }
-  // An atomic counts as a write at the target (fetching or not), a read as a read.
-  if (use.cntr != nullptr) use.cntr->counter().complete();
+  // An atomic counts as a write at the target (fetching or not), a read as a read: once, when
+  // its last piece is copied.
+  const bool done = a.part == xport::AccessPart::kWhole || a.part == xport::AccessPart::kLast;
+  if (done && use.cntr != nullptr) use.cntr->counter().complete();
   release_region(use.region);
   Cntr* ep_cntr = a.atomic || a.write ? rem_write_cntr_ : rem_read_cntr_;
-  if (ep_cntr != nullptr) ep_cntr->counter().complete();
+  if (done && ep_cntr != nullptr) ep_cntr->counter().complete();
   return xport::RmaStatus::kOk;
 }
 

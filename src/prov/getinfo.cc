@@ -283,6 +283,13 @@ size_t asked_contexts(const fi_ep_attr* h) {
   return std::max<size_t>({1, one(h->tx_ctx_cnt), one(h->rx_ctx_cnt)});
 }
 
+// A read up to this size is copied at the target when its request arrives, so a write posted
+// after it cannot change what it returns; a longer one is copied piece by piece
+// (FI_FABQ_RMA_READ_PIECE, xport/transport.h TransportConfig::read_piece).
+size_t war_size() {
+  return std::min(params().rma_read_piece, kMaxMsgSize);
+}
+
 bool ep_ok(const fi_ep_attr* h, ApiVersion api) {
   if (h == nullptr) return true;
   const bool one_ctx = asked_contexts(h) <= Sep::kMaxContexts;
@@ -291,7 +298,7 @@ bool ep_ok(const fi_ep_attr* h, ApiVersion api) {
          (h->protocol == FI_PROTO_UNSPEC || h->protocol == kProtocol) &&
          h->protocol_version <= kProtocolVersion && h->max_msg_size <= kMaxMsgSize &&
          (h->msg_prefix_size == 0 || h->msg_prefix_size == kMsgPrefixSize) &&
-         h->max_order_raw_size <= kMaxMsgSize && h->max_order_war_size <= kMaxMsgSize &&
+         h->max_order_raw_size <= kMaxMsgSize && h->max_order_war_size <= war_size() &&
          h->max_order_waw_size <= kMaxMsgSize && one_ctx &&
          auth_key_ok(h->auth_key, h->auth_key_size) && tag_format_ok(h->mem_tag_format, api);
 }
@@ -463,7 +470,7 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
   ep->max_msg_size = dgram ? xport::kMaxDgramPayload : kMaxMsgSize;
   ep->msg_prefix_size = prefix ? kMsgPrefixSize : 0;
   ep->max_order_raw_size = dgram ? 0 : kMaxMsgSize;
-  ep->max_order_war_size = dgram ? 0 : kMaxMsgSize;
+  ep->max_order_war_size = dgram ? 0 : war_size();
   ep->max_order_waw_size = dgram ? 0 : kMaxMsgSize;
   const fi_ep_attr* he = hints ? hints->ep_attr : nullptr;
   // An application's own tag format is kept: every format fits in fabq's 64 bits.

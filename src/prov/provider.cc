@@ -124,6 +124,11 @@ extern "C" FI_EXT_INI {
                   "arrival and the end of their handshake (for a passive endpoint: until "
                   "fi_accept or fi_reject); one more is closed at once, which its peer sees as a "
                   "refusal");
+  define_and_read("rma_read_piece", &g_params.rma_read_piece,
+                  "Bytes of a peer's RMA read that the target copies and holds at once for one "
+                  "connection: a longer read is answered in pieces of this size, each copied "
+                  "from the region once the one before it is on its way (so a later write may "
+                  "change the rest: ep_attr->max_order_war_size is this size)");
   define_and_read("mr_scalable", &g_params.mr_scalable,
                   "0: an application whose hints' mr_mode accepts FI_MR_PROV_KEY, "
                   "FI_MR_VIRT_ADDR or FI_MR_ENDPOINT gets them (keys a peer cannot guess); 1: no "

@@ -47,6 +47,8 @@ struct Params {
   size_t cm_backlog = 1024;  // FI_FABQ_CM_BACKLOG: per listener, in handshake at once
   size_t mr_scalable = 0;    // FI_FABQ_MR_SCALABLE: no mr_mode bits, whatever the hints accept
   std::string auth_key;      // FI_FABQ_AUTH_KEY: the shared secret (empty: none)
+  // FI_FABQ_RMA_READ_PIECE: bytes of a peer's read copied and held at once per connection
+  size_t rma_read_piece = 64 * 1024;
 };
 
 const Params& params();

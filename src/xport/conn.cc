@@ -29,9 +29,10 @@ namespace {
 constexpr size_t kReadBuffer = 16 * 1024;
 // Payloads at least this large are read straight into the receive buffer, skipping a copy.
 constexpr size_t kDirectRead = 16 * 1024;
-// Control frames owed to the peer beyond this: stop reading until they are written.
+// Control frames owed to the peer beyond this (and beyond the piece of a read's answer that may
+// wait beside them): stop reading until they are written.
 constexpr size_t kCtrlBacklog = 64 * 1024;
-// Control frames' memory kept between answers; more (a large read's answer) is given back.
+// Control frames' memory kept between answers; more (a large piece's) is given back.
 constexpr size_t kCtrlKeep = 8 << 20;
 constexpr size_t kSendRing = 1024;
 constexpr int kIovBatch = 16;
@@ -514,6 +515,9 @@ bool Conn::flush_locked() {
       update_interest_locked();
       if (std::exchange(bell_owed_, false)) bell = true;
     }
+    // The next piece of a queued read's answer, once everything before it is written: what a
+    // peer's reads make this side hold is one piece at a time.
+    if (reads_count_ > 0 && ctrl_off_ == ctrl_.size() && !tx_switch_pending_) pump_read_locked();
     iovec iov[kIovBatch];
     int cnt = 0;
     const bool with_ctrl = !mid_frame_ && ctrl_off_ < ctrl_.size();
@@ -603,8 +607,13 @@ bool Conn::flush_locked() {
       if (ctrl_off_ == ctrl_.size() && !tx_switch_pending_) {
         ctrl_.clear();
         ctrl_off_ = 0;
-        // A large read's answer went out: its memory does not stay with the connection.
+        // A large answer went out: its memory does not stay with the connection.
         if (ctrl_.capacity() > kCtrlKeep) std::vector<unsigned char>().swap(ctrl_);
+      }
+      if (held_for_answers_ && !answers_backlogged_locked()) {
+        // Room again for what the peer's requests cost: its frames are taken again (on_ready()).
+        held_for_answers_ = false;
+        engine_->schedule(this);
       }
     }
     while (left > 0 && send_count_ > 0) {
@@ -738,8 +747,8 @@ void Conn::read_locked() {
     // A short read emptied the socket: asking again would only hear EAGAIN. What comes next is
     // read at the next progress (epoll is level-triggered, so a waiter still hears of it).
     if (drained) return;
-    if (ctrl_.size() - ctrl_off_ > kCtrlBacklog) {
-      want_write_locked(true);
+    if (answers_backlogged_locked()) {
+      stop_for_answers_locked();
       return;
     }
     ssize_t n;
@@ -807,7 +816,8 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
           return false;
         }
         have_place_ = true;
-        placed_ = 0;
+        // A piece of an answer goes where it begins in the result (Placement).
+        placed_ = in_.kind == InKind::kReadResp ? static_cast<size_t>(in_.offset) : 0;
       }
       if (framer_.frame_done()) {
         if (!frame_done_locked()) {
@@ -835,12 +845,11 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
           *used = n;
           return true;
         }
-        if (ctrl_.size() - ctrl_off_ > kCtrlBacklog) {
-          // Answers (read data above all) wait to be written: take no more requests until they
-          // are, so a peer's reads cannot grow what this side holds without bound.
+        if (answers_backlogged_locked()) {
+          // Answers wait to be written: take no more requests until they are, so a peer's
+          // requests cannot grow what this side holds without bound.
           *used = off;
-          want_write_locked(true);
-          return false;
+          return stop_for_answers_locked();
         }
         continue;
       }
@@ -901,6 +910,11 @@ bool Conn::handle_bytes_locked(const unsigned char* p, size_t n, size_t* used) {
       fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "a frame the connection's state forbids");
       return false;
     }
+    if (h.op == wire::Op::kReadResp && !answer_in_order_locked(h)) {
+      *used = off;
+      fail_locked(FI_EREMOTEIO, FI_FABQ_EVENT_EP_REQ_ERR, "a piece of an answer out of order");
+      return false;
+    }
     if (is_placed(h)) {
       incoming_locked(h);
       have_place_ = false;
@@ -927,12 +941,14 @@ void Conn::incoming_locked(const wire::Header& h) {
   in_.tag = msg ? h.tag : 0;
   in_.has_data = (h.flags & wire::kRemoteData) != 0;
   in_.data = msg ? h.data : 0;
-  in_.key = msg ? 0 : h.tag;
+  in_.key = h.op == wire::Op::kWrite ? h.tag : 0;
   in_.addr = h.op == wire::Op::kWrite ? h.data : 0;
   in_.status = h.op == wire::Op::kReadResp || h.op == wire::Op::kAtomicResp
                    ? static_cast<RmaStatus>(h.data)
                    : RmaStatus::kOk;
   in_.direct = is_direct(h);
+  in_.offset = h.op == wire::Op::kReadResp ? h.tag : 0;
+  in_.more = (h.flags & wire::kMore) != 0;
   in_.len = h.length;
   in_.seq = h.seq;
   in_.from = peer_name_;
@@ -1040,6 +1056,10 @@ bool Conn::answer_request_locked(const wire::Header& h) {
   }
   if (h.op == wire::Op::kReadReq) {
     a.len = static_cast<size_t>(wire::get_u64(req_buf_.get()));
+    if (a.len > engine_->config().read_piece && a.len <= params_.max_msg_size) {
+      queue_read_locked(h, a.len);
+      return flush_locked();
+    }
     out_len = a.len;
   } else {
     reply = wire::Op::kAtomicResp;
@@ -1078,6 +1098,79 @@ bool Conn::answer_request_locked(const wire::Header& h) {
   r.data = static_cast<uint64_t>(status);
   wire::encode(r, ctrl_.data() + at);
   return flush_locked();
+}
+
+void Conn::queue_read_locked(const wire::Header& h, size_t len) {
+  // Checked whole before anything is held for it: a refused read costs its answer's header.
+  const RemoteAccess check{
+      .key = h.tag, .addr = h.data, .len = len, .via = this, .part = AccessPart::kCheck};
+  const RmaStatus status = owner()->remote_access(check, nullptr);
+  if (status != RmaStatus::kOk) {
+    queue_ctrl_locked(wire::Op::kReadResp, h.seq, nullptr, 0, 0, 0, static_cast<uint64_t>(status));
+    return;
+  }
+  // Never full here: frames stop being taken once it is (answers_backlogged_locked()).
+  assert(reads_count_ < kQueuedReads);
+  if (!reads_) reads_ = std::make_unique<QueuedRead[]>(kQueuedReads);
+  reads_[(reads_head_ + reads_count_) % kQueuedReads] = {
+      .seq = h.seq, .key = h.tag, .addr = h.data, .len = len};
+  ++reads_count_;
+}
+
+void Conn::pump_read_locked() {
+  QueuedRead& r = reads_[reads_head_];
+  const size_t n = std::min(engine_->config().read_piece, r.len - r.sent);
+  const bool last = n == r.len - r.sent;
+  const RemoteAccess a{.key = r.key,
+                       .addr = r.addr + r.sent,
+                       .len = n,
+                       .via = this,
+                       .part = last ? AccessPart::kLast : AccessPart::kPiece};
+  const size_t at = ctrl_.size();
+  ctrl_.resize(at + wire::kHeaderSize + n);
+  // Checked again: the region may have been closed since the read was queued. A refusal ends
+  // the answer (wire.h); the pieces sent stay where they are in the initiator's buffer.
+  const RmaStatus status = owner()->remote_access(a, ctrl_.data() + at + wire::kHeaderSize);
+  const bool ok = status == RmaStatus::kOk;
+  if (!ok) ctrl_.resize(at + wire::kHeaderSize);
+  wire::Header piece;
+  piece.op = wire::Op::kReadResp;
+  piece.flags = ok && !last ? uint32_t{wire::kMore} : 0;
+  piece.length = ok ? static_cast<uint32_t>(n) : 0;
+  piece.seq = r.seq;
+  piece.tag = r.sent;
+  piece.data = static_cast<uint64_t>(status);
+  wire::encode(piece, ctrl_.data() + at);
+  r.sent += n;
+  if (ok && !last) return;
+  reads_head_ = (reads_head_ + 1) % kQueuedReads;
+  --reads_count_;
+}
+
+bool Conn::answers_backlogged_locked() const {
+  const size_t piece = wire::kHeaderSize + engine_->config().read_piece;
+  return ctrl_.size() - ctrl_off_ > kCtrlBacklog + piece || reads_count_ == kQueuedReads;
+}
+
+bool Conn::stop_for_answers_locked() {
+  // Not read, not polled, until flush_locked() has written enough (and schedules on_ready()).
+  held_for_answers_ = true;
+  stalled_ = true;
+  update_interest_locked();
+  return false;
+}
+
+bool Conn::answer_in_order_locked(const wire::Header& h) {
+  if (is_direct(h)) return true;  // whole, at offset 0 (wire.h)
+  const bool more = (h.flags & wire::kMore) != 0;
+  const bool continues = rx_piece_open_ && h.seq == rx_piece_seq_;
+  if (continues ? h.tag != rx_piece_next_ : h.tag != 0 || (more && rx_piece_open_)) return false;
+  if (continues || more) {
+    rx_piece_open_ = more;
+    rx_piece_seq_ = h.seq;
+    rx_piece_next_ = h.tag + h.length;
+  }
+  return true;
 }
 
 bool Conn::deliver_locked(const unsigned char* bytes) {

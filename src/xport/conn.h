@@ -133,8 +133,20 @@ class Conn final : public Connection, public Pollable {
   // Does what the Handshake says about a whole frame of the handshake (or kShutdown).
   bool handshake_frame_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   // A whole kReadReq, kAtomic or direct kWrite (its payload in req_buf_): the owner performs
-  // it, the answer is queued.
+  // it, the answer is queued; a read longer than a piece is checked and queued in reads_.
   bool answer_request_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
+  // A checked read of `len` bytes (h its kReadReq), answered in pieces by pump_read_locked().
+  void queue_read_locked(const wire::Header& h, size_t len) FABQ_REQUIRES(mu_);
+  // Copies the next piece of the oldest queued read into ctrl_ (which holds nothing unwritten):
+  // at most one piece waits there at a time.
+  void pump_read_locked() FABQ_REQUIRES(mu_);
+  // Answers owed to the peer are more than this side keeps: it stops taking the peer's frames
+  // until they are written (stop_for_answers_locked()), and takes them again after.
+  bool answers_backlogged_locked() const FABQ_REQUIRES(mu_);
+  bool stop_for_answers_locked() FABQ_REQUIRES(mu_);
+  // The initiator's side: whether kReadResp `h` continues the answer this side is receiving in
+  // pieces, or begins one when none is open (wire.h). Notes where the next piece begins.
+  bool answer_in_order_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   // A whole direct message (its entries in req_buf_): placed like any other, its bytes copied
   // from the peer's buffers. False when the connection ended or stalled (no room: the frame is
   // taken again on resume()).
@@ -238,6 +250,28 @@ class Conn final : public Connection, public Pollable {
   size_t send_count_ FABQ_GUARDED_BY(mu_) = 0;
   std::vector<unsigned char> ctrl_ FABQ_GUARDED_BY(mu_);
   size_t ctrl_off_ FABQ_GUARDED_BY(mu_) = 0;
+  // The peer's reads longer than a piece, checked, oldest first, each answered in pieces
+  // (pump_read_locked()). As many as a legitimate peer can have outstanding: fabq's endpoints
+  // report a transmit queue of kQueuedReads (tx_attr->size); a peer with more waits, its frames
+  // unread, until the oldest is answered.
+  struct QueuedRead {
+    uint32_t seq = 0;
+    uint64_t key = 0;
+    uint64_t addr = 0;
+    size_t len = 0;
+    size_t sent = 0;  // bytes copied into pieces so far
+  };
+  static constexpr size_t kQueuedReads = 1024;
+  std::unique_ptr<QueuedRead[]> reads_ FABQ_GUARDED_BY(mu_);  // made for the first one
+  size_t reads_head_ FABQ_GUARDED_BY(mu_) = 0;
+  size_t reads_count_ FABQ_GUARDED_BY(mu_) = 0;
+  // Reading stopped because of answers_backlogged_locked(); flush_locked() resumes it.
+  bool held_for_answers_ FABQ_GUARDED_BY(mu_) = false;
+  // The answer to one of this side's reads that is arriving in pieces: its seq, and the offset
+  // its next piece must have.
+  bool rx_piece_open_ FABQ_GUARDED_BY(mu_) = false;
+  uint32_t rx_piece_seq_ FABQ_GUARDED_BY(mu_) = 0;
+  uint64_t rx_piece_next_ FABQ_GUARDED_BY(mu_) = 0;
   bool mid_frame_ FABQ_GUARDED_BY(mu_) = false;  // the head op is partly written
   // Shared memory: the segment (offered, or mapped from the peer's offer), its rings once both
   // sides agreed, and which directions moved to them. The mapping lives as long as the Conn:

@@ -16,7 +16,6 @@ namespace fabq::xport {
 namespace {
 
 // Control frames owed to the peer beyond this: stop reading until they are written.
-constexpr size_t kCtrlBacklog = 64 * 1024;
 constexpr size_t kReadBuffer = 16 * 1024;
 
 // The buffers a direct request named (Conn::go_direct_locked(): op.direct_desc, which its iov
@@ -212,7 +211,10 @@ void Conn::read_shm_locked() {
   for (;;) {
     const State s = state();
     if (s == State::kClosed || s == State::kPending) break;
-    if (ctrl_.size() - ctrl_off_ > kCtrlBacklog) break;  // resumed by the flush that empties it
+    if (answers_backlogged_locked()) {
+      stop_for_answers_locked();  // resumed by the flush that writes them
+      break;
+    }
     const unsigned char* p = nullptr;
     size_t contiguous = 0;
     size_t avail = 0;

@@ -80,6 +80,11 @@ struct TransportConfig {
   // direct, as those sizes say.
   bool adapt_copies = true;
   size_t cm_backlog = 1024;  // per listener: connections in their handshake at once
+  // A peer's remote read longer than this is answered in pieces of at most this many bytes
+  // (wire.h), each copied from the region only once the one before it has left: what one
+  // connection's reads make this side hold. A read up to this size is copied at once, so a
+  // later write cannot change what it returns (fi_endpoint(3) max_order_war_size).
+  size_t read_piece = 64 * 1024;
   // Called with after_round_arg after every progress round, holding none of the transport's
   // locks: the provider publishes there what its owners' upcalls left in its outbox (the
   // asynchronous events they caused). Null: nothing.
@@ -229,6 +234,11 @@ struct Incoming {
   // kReadResp: the answer to a direct read (TxOp::direct), whose bytes the target already
   // copied into the result buffers: no payload.
   bool direct = false;
+  // kReadResp: a piece of an answer (wire.h): its bytes go at `offset` of the result, and
+  // `more` pieces follow. The connection checks that the pieces of one answer come in order
+  // and without a gap; the owner checks them against the request's length.
+  uint64_t offset = 0;
+  bool more = false;
   // A datagram (Datagram) that came to a multicast group the owner joined (FI_MULTICAST).
   bool multicast = false;
 };
@@ -248,8 +258,18 @@ class DirectCopy {
   ~DirectCopy() = default;
 };
 
+// Which part of a remote read a RemoteAccess is: a read longer than TransportConfig::read_piece
+// is checked whole first, then copied piece by piece, each piece checked again (its region may
+// have been closed meanwhile). Only a whole access or the last piece counts as done (counters).
+enum class AccessPart : uint8_t {
+  kWhole,  // check, copy (or perform) and count
+  kCheck,  // check only: touches no memory, counts nothing (`out` is null)
+  kPiece,  // check and copy these len bytes; more pieces follow
+  kLast,   // check, copy and count: the last piece
+};
+
 // A remote read or atomic for the owner's memory (kReadReq, kAtomic), or a direct write,
-// handed over whole.
+// handed over whole (or a read in parts: `part`).
 struct RemoteAccess {
   uint64_t key = 0;
   uint64_t addr = 0;
@@ -259,6 +279,7 @@ struct RemoteAccess {
   // copying into `out` (which is null). `write`: a kWrite (FI_REMOTE_WRITE), not a read.
   const DirectCopy* direct = nullptr;
   bool write = false;
+  AccessPart part = AccessPart::kWhole;  // a plain read only; kWhole for everything else
   // kAtomic only:
   bool atomic = false;
   uint8_t op = 0;
@@ -270,9 +291,11 @@ struct RemoteAccess {
 };
 
 // Where the owner wants an arriving message's payload: up to `capacity` bytes into `iov`; the
-// rest is read and discarded (truncation). The connection keeps it from place() to placed() or
-// unplace(), one message at a time per connection. `record` is the owner's note of what it
-// chose: the transport keeps it with the placement and never reads it.
+// rest is read and discarded (truncation). For a piece of a read's answer (Incoming::offset)
+// the placement describes the whole result: the piece's bytes go at [offset, offset + len) of
+// it, and capacity (at least offset + len) counts from its start. The connection keeps it from
+// place() to placed() or unplace(), one message at a time per connection. `record` is the owner's
+// note of what it chose: the transport keeps it with the placement and never reads it.
 struct Placement {
   iovec iov[kMaxIov + 1] = {};
   size_t iov_count = 0;
@@ -340,10 +363,11 @@ class Owner {
   // at least until can_free(c) returns true.
   virtual void inbound_ready(Connection* c, const sockaddr_in& name) = 0;
   // A remote read (kReadReq): copies the access's len bytes into `out` and returns kOk, or
-  // returns why not and copies nothing. A remote atomic (kAtomic): performs it, writing the
-  // previous values into `out` (count * datatype size bytes) for the fetch and compare forms.
-  // A direct read or write (a.direct): checks it as the others, then a.direct->copy() moves
-  // the bytes (kCopyFailed when it returns false).
+  // returns why not and copies nothing; a.part says whether that is the whole read, a check of
+  // it before its pieces (nothing copied), or one of its pieces. A remote atomic (kAtomic):
+  // performs it, writing the previous values into `out` (count * datatype size bytes) for the fetch
+  // and compare forms. A direct read or write (a.direct): checks it as the others, then
+  // a.direct->copy() moves the bytes (kCopyFailed when it returns false).
   virtual RmaStatus remote_access(const RemoteAccess& a, void* out) = 0;
   // The peer answered kWrite `seq` of `c` with `status`. False for a number that names no write
   // awaiting it (a protocol violation: the connection fails).

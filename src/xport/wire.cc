@@ -141,9 +141,12 @@ Violation decode(const unsigned char* in, size_t max_payload, Header* out) {
   if (h.op == Op::kConnReq) allowed = kShmOffer | kAuth;
   if (h.op == Op::kConnAccept) allowed = kShmAccept;
   if (h.op == Op::kWrite) allowed = kRemoteData | kDirect;
-  if (h.op == Op::kReadReq || h.op == Op::kReadResp) allowed = kDirect;
+  if (h.op == Op::kReadReq) allowed = kDirect;
+  if (h.op == Op::kReadResp) allowed = kDirect | kMore;
   if ((h.flags & ~allowed) != 0) return Violation::kBadFlags;
   const bool direct = (h.flags & kDirect) != 0;
+  const bool more = (h.flags & kMore) != 0;
+  if (direct && more) return Violation::kBadFlags;
   // A message's CQ data is in the header; a direct write has no room for its own.
   if (direct && (h.flags & kRemoteData) != 0 && !is_data(h.op)) return Violation::kBadFlags;
   if (direct) {
@@ -164,13 +167,18 @@ Violation decode(const unsigned char* in, size_t max_payload, Header* out) {
   const bool offer = (h.flags & kShmOffer) != 0;
   const bool request = is_request(h.op);
   const bool response = is_response(h.op);
-  if (h.tag != 0 && h.op != Op::kTagged && !offer && !request) return Violation::kUnusedField;
+  // A piece of a read's answer: its offset in `tag`; a direct answer has no bytes to place.
+  const bool piece = h.op == Op::kReadResp && !direct;
+  if (h.tag != 0 && h.op != Op::kTagged && !offer && !request && !piece) {
+    return Violation::kUnusedField;
+  }
   if (h.data != 0 && (h.flags & kRemoteData) == 0 && !offer && !request && !response) {
     return Violation::kUnusedField;
   }
-  if (response && (h.data > kLastRmaStatus || (h.data != 0 && h.length != 0))) {
+  if (response && (h.data > kLastRmaStatus || (h.data != 0 && (h.length != 0 || more)))) {
     return Violation::kBadStatus;
   }
+  if (more && h.length == 0) return Violation::kUnusedField;
   const bool numbered =
       is_data(h.op) || h.op == Op::kAckReceived || h.op == Op::kAckDelivered || request || response;
   if (h.seq != 0 && !numbered) return Violation::kUnusedField;

@@ -26,6 +26,14 @@
 // The target checks every request against its registered regions before it touches memory; a
 // refused one is answered with its Status and no payload, and the connection goes on.
 //
+// A read's answer may come in pieces, so that what a peer's reads make the target hold stays
+// bounded whatever length they ask for: each piece is a kReadResp of the same `seq` whose `tag`
+// is the offset of its bytes in the answer, and every piece but the last carries kMore. The
+// pieces of one answer come in order and without a gap, and no other answer in pieces begins
+// before the last one; whole answers (offset 0, no kMore) and every other frame may come
+// between them. A piece with a Status other than kOk ends the answer: it carries no bytes and
+// no kMore (the region went away after the first pieces were sent).
+//
 // Through shared memory (below), a large write or read may be direct (kDirect): its payload
 // describes the initiator's buffers instead of carrying their bytes, as DirectEntry pairs
 // (address, length) in the initiator's address space, and the target copies between them and
@@ -129,7 +137,8 @@ enum class Op : uint8_t {
   kProof = 11,        // payload: exactly kProofSize (MAC_c)
   kWrite = 12,        // payload: [CQ data] + bytes for region `tag` at `data`
   kReadReq = 13,      // payload: exactly kReadReqSize (the length) from region `tag` at `data`
-  kReadResp = 14,     // payload: the bytes read (none when `data`, the Status, is not kOk)
+  kReadResp = 14,     // payload: the bytes read (none when `data`, the Status, is not kOk);
+                      // `tag`: their offset in the answer (a piece)
   kRmaAck = 15,       // no payload: kWrite `seq` is done; `data` is its Status
   kAtomic = 16,       // payload: AtomicDesc + operands for region `tag` at `data`
   kAtomicResp = 17,   // payload: the previous values (fetch and compare forms, kOk only)
@@ -158,8 +167,8 @@ void put_u64(unsigned char* out, uint64_t v);
 uint64_t get_u64(const unsigned char* in);
 
 // Flags: kMsg and kTagged allow the data flags and kDirect, kWrite kRemoteData or kDirect (not
-// both), kReadReq and kReadResp kDirect, kConnReq kShmOffer and kAuth, kConnAccept kShmAccept;
-// other ops allow none.
+// both), kReadReq kDirect, kReadResp kDirect or kMore (not both), kConnReq kShmOffer and kAuth,
+// kConnAccept kShmAccept; other ops allow none.
 enum Flag : uint32_t {
   kRemoteData = 1u << 0,     // `data` is FI_REMOTE_CQ_DATA for the receiver's completion
   kWantReceived = 1u << 1,   // the sender waits for kAckReceived (FI_TRANSMIT_COMPLETE)
@@ -168,6 +177,7 @@ enum Flag : uint32_t {
   kShmAccept = 1u << 4,      // kConnAccept only: the offered segment is taken
   kAuth = 1u << 5,           // kConnReq only: the payload ends with Nc; answer with kChallenge
   kDirect = 1u << 6,  // kMsg, kTagged, kWrite, kReadReq, kReadResp: a direct request and its answer
+  kMore = 1u << 7,    // kReadResp only: a piece of an answer, and more pieces follow (with bytes)
 };
 inline constexpr uint32_t kDataFlags = kRemoteData | kWantReceived | kWantDelivered;
 
@@ -190,8 +200,9 @@ enum class Violation : uint8_t {
   kTooLong,      // length above the limit of the op (core::kCmDataSize, max_payload, the fixed size
                  // of kChallenge, kProof and kReadReq, the atomic limit, or 0), or not the form
                  // of a direct request's entries
-  kBadStatus,    // a response whose Status is unknown, or kOk-less with a payload
-  kUnusedField,  // tag, data or seq nonzero where the op does not use it
+  kBadStatus,    // a response whose Status is unknown, or kOk-less with a payload or kMore
+  kUnusedField,  // tag, data or seq nonzero where the op does not use it (a piece's offset
+                 // included: a direct answer, or a kMore piece with no bytes)
 };
 const char* violation_str(Violation v);
 

@@ -114,6 +114,7 @@ constexpr Expected kParams[] = {
     {"FI_FABQ_SHM_DIRECT_MSG_IDLE_MIN", "shm_direct_msg_idle_min", "16384"},
     {"FI_FABQ_SHM_SHARE_MIN", "shm_share_min", "262144"},
     {"FI_FABQ_SHM_ADAPT", "shm_adapt", "1"},
+    {"FI_FABQ_RMA_READ_PIECE", "rma_read_piece", "65536"},
 };
 
 // libfabric 1.17 names parameters "FI_<PROV>_<NAME>" in upper case; accept the
@@ -313,6 +314,26 @@ TEST(Params, CqCntHintAboveCqMaxCountGivesEnodata) {
   EXPECT_EQ(fi_getinfo(kVersion, nullptr, nullptr, 0, hints, &info), -FI_ENODATA);
   EXPECT_EQ(info, nullptr);
   hints->domain_attr->cq_cnt = 2;
+  EXPECT_EQ(fi_getinfo(kVersion, nullptr, nullptr, 0, hints, &info), 0);
+  fi_freeinfo(info);
+  fi_freeinfo(hints);
+}
+
+TEST(Params, RmaReadPieceIsMaxOrderWarSizeAndHintsAskingMoreMatchNothing) {
+  set_param("FI_FABQ_RMA_READ_PIECE", "8192");
+  fi_info* hints = fabq_hints();
+  ASSERT_NE(hints, nullptr);
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->caps = FI_MSG | FI_RMA;
+  fi_info* info = nullptr;
+  ASSERT_EQ(fi_getinfo(kVersion, nullptr, nullptr, 0, hints, &info), 0);
+  EXPECT_EQ(info->ep_attr->max_order_war_size, 8192u);
+  EXPECT_EQ(info->ep_attr->max_order_raw_size, size_t{1} << 30) << "a read sees earlier writes";
+  fi_freeinfo(info);
+  info = nullptr;
+  hints->ep_attr->max_order_war_size = 8193;
+  EXPECT_EQ(fi_getinfo(kVersion, nullptr, nullptr, 0, hints, &info), -FI_ENODATA);
+  hints->ep_attr->max_order_war_size = 8192;
   EXPECT_EQ(fi_getinfo(kVersion, nullptr, nullptr, 0, hints, &info), 0);
   fi_freeinfo(info);
   fi_freeinfo(hints);

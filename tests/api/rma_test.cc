@@ -6,8 +6,11 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_rma.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "fabq/fi_fabq.h"
@@ -283,6 +286,51 @@ TEST_F(Rma, LargeTransfersArriveWhole) {
   ASSERT_EQ(wait_cq(a_->cq, &e), 1);
   EXPECT_TRUE(target == src);
   EXPECT_TRUE(back == src);
+}
+
+// A read longer than FI_FABQ_RMA_READ_PIECE is answered in pieces (fi_fabq(7) RMA AND ATOMICS,
+// WIRE PROTOCOL): through the socket, and through the shared ring with direct copies off.
+class RmaPieces : public Rma, public ::testing::WithParamInterface<const char*> {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(setenv(GetParam(), "0", 1), 0);
+    Rma::SetUp();
+  }
+};
+INSTANTIATE_TEST_SUITE_P(, RmaPieces, ::testing::Values("FI_FABQ_SHM", "FI_FABQ_SHM_DIRECT_MIN"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           return std::string(i.param) == "FI_FABQ_SHM" ? "Socket" : "Ring";
+                         });
+
+TEST_P(RmaPieces, AReadLongerThanAPieceArrivesWholeAndCountsOnce) {
+  EXPECT_EQ(info_->ep_attr->max_order_war_size, size_t{64} << 10) << "the piece";
+  const size_t n = (1 << 20) + 333;
+  std::vector<unsigned char> target(n), back(n + 2, 0xee);
+  for (size_t i = 0; i < n; ++i) target[i] = static_cast<unsigned char>(i * 13 + i / 65536);
+  fid_mr* mr = reg(target.data(), n, FI_REMOTE_READ, 21);
+  fid_cntr* region = open_cntr();
+  ASSERT_EQ(fi_mr_bind(mr, &region->fid, FI_REMOTE_READ), 0);
+  ASSERT_EQ(fi_read(a_->ep, back.data() + 1, n, nullptr, b_->addr, 0, 21, nullptr), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(a_->cq, &e), 1);
+  EXPECT_EQ(e.flags, FI_RMA | FI_READ);
+  EXPECT_TRUE(std::equal(target.begin(), target.end(), back.begin() + 1));
+  EXPECT_EQ(back[0], 0xee);
+  EXPECT_EQ(back[n + 1], 0xee) << "nothing past the buffer";
+  EXPECT_EQ(fi_cntr_read(region), 1u) << "one read, however many pieces";
+}
+
+TEST_P(RmaPieces, AReadUpToMaxOrderWarSizeReturnsWhatWasThereBeforeALaterWrite) {
+  const size_t n = info_->ep_attr->max_order_war_size;
+  std::vector<unsigned char> target(n, 'o'), later(n, 'n'), back(n, 0);
+  reg(target.data(), n, FI_REMOTE_READ | FI_REMOTE_WRITE, 22);
+  ASSERT_EQ(fi_read(a_->ep, back.data(), n, nullptr, b_->addr, 0, 22, nullptr), 0);
+  ASSERT_EQ(fi_write(a_->ep, later.data(), n, nullptr, b_->addr, 0, 22, nullptr), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(a_->cq, &e), 1);
+  ASSERT_EQ(wait_cq(a_->cq, &e), 1);
+  EXPECT_EQ(back, std::vector<unsigned char>(n, 'o')) << "FI_ORDER_WAR up to max_order_war_size";
+  EXPECT_EQ(target, later);
 }
 
 TEST_F(Rma, MisusedCallsAreRefusedAndPostNothing) {

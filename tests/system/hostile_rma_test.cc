@@ -7,8 +7,11 @@
 // byte of them may come back.
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_domain.h>
+#include <sys/mman.h>
 
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -280,6 +283,251 @@ TEST_F(HostileRma, AFloodOfReadsIsAnsweredInOrderWhileThePeerReadsSlowly) {
     ASSERT_EQ(body.size(), kRegion);
     ++answered;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a peer's reads can make the target hold (fi_fabq(7) RELIABILITY AND SECURITY): a read is
+// checked before anything is held for it, and a long one is answered in pieces of
+// FI_FABQ_RMA_READ_PIECE bytes (64 KiB), one copied at a time, whatever length it asks for and
+// however slowly the peer takes the answer.
+
+// Starts the measure of peak_rss() afresh (proc(5) clear_refs: 5 resets VmHWM to VmRSS), so that
+// an earlier test of the same process does not hide a later one's peak.
+void reset_peak_rss() {
+  if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+}
+
+// The most this process has held at once since reset_peak_rss() (VmHWM), in bytes.
+size_t peak_rss() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  size_t kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmHWM: %zu kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
+// Growth of the peak beyond this fails: a 64 KiB piece, the socket's own buffers (kernel
+// memory), and the allocator's slack fit many times; one answer of the whole region does not.
+constexpr size_t kHeld = 16u << 20;
+constexpr size_t kHugeRegion = 64u << 20;
+
+class HugeReadTarget : public Side {
+ public:
+  explicit HugeReadTarget(uint64_t caps) : Side(options(caps)) {
+    ok_ = open();
+    // Written whole first, so that what the test measures held is fabq's, not the region's.
+    base_ = mmap(nullptr, kHugeRegion, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ok_ = ok_ && base_ != MAP_FAILED;
+    if (ok_) {
+      std::memset(region(), 'r', kHugeRegion);
+      std::memcpy(region(), "head", 4);
+      std::memcpy(region() + kHugeRegion - 4, "tail", 4);
+    }
+    if (ok_ && (caps & FI_RMA) != 0) {
+      ok_ = fi_mr_reg(domain(), region(), kHugeRegion, FI_REMOTE_READ, 0, kKey, 0, &mr_, nullptr) ==
+            0;
+    }
+  }
+  ~HugeReadTarget() override {
+    close_region();
+    if (base_ != MAP_FAILED) munmap(base_, kHugeRegion);
+  }
+  bool ok() const { return ok_; }
+  char* region() { return static_cast<char*>(base_); }
+  void close_region() {
+    if (mr_ != nullptr) fi_close(&mr_->fid);
+    mr_ = nullptr;
+  }
+
+ private:
+  static Options options(uint64_t caps) {
+    Options o = rdm_options();
+    o.caps |= caps;
+    return o;
+  }
+  void* base_ = MAP_FAILED;
+  fid_mr* mr_ = nullptr;
+  bool ok_ = false;
+};
+
+class HostileHugeRead : public ::testing::TestWithParam<uint64_t> {
+ protected:
+  void SetUp() override {
+    SKIP_UNLESS_FABQ();
+    t_ = std::make_unique<HugeReadTarget>(GetParam());
+    ASSERT_TRUE(t_->ok());
+    ASSERT_TRUE(raw_.connect_to(ntohs(t_->address().sin_port)));
+    sockaddr_in me = t_->address();
+    me.sin_port = htons(1);
+    const std::string name(reinterpret_cast<char*>(&me), sizeof(me));
+    ASSERT_TRUE(raw_.send_all(
+        encode(Header{.op = kConnReq, .length = static_cast<uint32_t>(name.size())}) + name));
+    Header h;
+    ASSERT_TRUE(next(&h));
+    ASSERT_EQ(h.op, kConnAccept);
+    ASSERT_TRUE(raw_.send_all(encode(Header{.op = kConnReady})));
+  }
+  // n bytes from the target, moving its bytes while they are not there (it is in this process).
+  bool recv_moving(void* p, size_t n) {
+    char* c = static_cast<char*>(p);
+    const auto t0 = Clock::now();
+    while (n > 0) {
+      const ssize_t r = recv(raw_.fd(), c, n, MSG_DONTWAIT);
+      if (r > 0) {
+        c += r;
+        n -= static_cast<size_t>(r);
+        continue;
+      }
+      if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+        ADD_FAILURE() << "the target closed the connection";
+        return false;
+      }
+      if (ms_since(t0) > kTimeoutMs) {
+        ADD_FAILURE() << "no answer";
+        return false;
+      }
+      t_->progress();
+    }
+    return true;
+  }
+  bool next(Header* h, std::string* payload = nullptr) {
+    unsigned char b[kHeaderSize];
+    if (!recv_moving(b, sizeof(b))) return false;
+    h->op = b[3];
+    h->flags = static_cast<uint32_t>(get_le(b + 4, 4));
+    h->length = static_cast<uint32_t>(get_le(b + 8, 4));
+    h->seq = static_cast<uint32_t>(get_le(b + 12, 4));
+    h->tag = get_le(b + 16, 8);
+    h->data = get_le(b + 24, 8);
+    std::string body(h->length, '\0');
+    if (h->length > 0 && !recv_moving(body.data(), body.size())) return false;
+    if (payload != nullptr) *payload = std::move(body);
+    return true;
+  }
+  bool read_request(uint32_t seq, uint64_t key, uint64_t addr, uint64_t len) {
+    std::string len_bytes;
+    put_le(len_bytes, len, 8);
+    return raw_.send_all(
+        encode(Header{.op = kReadReq, .length = 8, .seq = seq, .tag = key, .data = addr}) +
+        len_bytes);
+  }
+  // Moves the target's bytes for `ms` while the peer reads nothing.
+  void progress_for(int ms) {
+    for (auto t0 = Clock::now(); ms_since(t0) < ms;) t_->progress();
+  }
+
+  std::unique_ptr<HugeReadTarget> t_;
+  RawConnection raw_;
+};
+
+constexpr uint32_t kMore = 1u << 7;  // kReadResp: a piece, and more follow (wire.h)
+
+std::string rma_caps_name(const ::testing::TestParamInfo<uint64_t>& i) {
+  return i.param != 0 ? "WithRma" : "WithoutRma";
+}
+INSTANTIATE_TEST_SUITE_P(, HostileHugeRead, ::testing::Values(uint64_t{FI_RMA}, uint64_t{0}),
+                         rma_caps_name);
+
+TEST_P(HostileHugeRead, ARefusedReadCostsNothingWhateverLengthItAsks) {
+  reset_peak_rss();
+  const size_t before = peak_rss();
+  // Forged keys (and, on an endpoint without FI_RMA, every key) asking for up to 1 GiB, the
+  // largest message, each answered with its refusal and no byte.
+  for (uint32_t seq = 1; seq <= 8; ++seq) {
+    ASSERT_TRUE(read_request(seq, kKey + seq, 0, (uint64_t{1} << 30) - seq));
+    Header h;
+    std::string body;
+    ASSERT_TRUE(next(&h, &body));
+    EXPECT_EQ(h.op, kReadResp);
+    EXPECT_EQ(h.seq, seq);
+    EXPECT_NE(h.data, 0u) << "refused";
+    EXPECT_TRUE(body.empty());
+  }
+  EXPECT_LT(peak_rss() - before, kHeld) << "bytes held for refused reads";
+}
+
+TEST_P(HostileHugeRead, AReadOfAHugeRegionHoldsOnePieceAtATimeAndArrivesWhole) {
+  if (GetParam() == 0) GTEST_SKIP() << "a region needs FI_RMA";
+  reset_peak_rss();
+  const size_t before = peak_rss();
+  ASSERT_TRUE(read_request(1, kKey, 0, kHugeRegion));
+  // The peer takes nothing: the target fills the socket, then holds what it owes, bounded.
+  progress_for(300);
+  EXPECT_LT(peak_rss() - before, kHeld) << "bytes held for a read the peer does not take";
+  // Meanwhile the connection still takes requests: a short read is copied at once and answered
+  // whole between two pieces. Then every piece, in order, with the region's bytes.
+  ASSERT_TRUE(read_request(2, kKey, kHugeRegion - 4, 4));
+  bool short_answered = false;
+  size_t at = 0;
+  size_t pieces = 0;
+  std::string head, tail;
+  for (;;) {
+    Header h;
+    std::string body;
+    ASSERT_TRUE(next(&h, &body));
+    ASSERT_EQ(h.op, kReadResp);
+    if (h.seq == 2) {
+      EXPECT_EQ(h.flags, 0u);
+      EXPECT_EQ(h.tag, 0u);
+      EXPECT_EQ(body, "tail");
+      short_answered = true;
+      continue;
+    }
+    ASSERT_EQ(h.seq, 1u);
+    ASSERT_EQ(h.data, 0u);
+    ASSERT_EQ(h.tag, at) << "pieces in order, without a gap";
+    ASSERT_LE(body.size(), size_t{64} << 10) << "one piece of FI_FABQ_RMA_READ_PIECE at most";
+    if (at == 0) head = body.substr(0, 4);
+    at += body.size();
+    ++pieces;
+    if ((h.flags & kMore) == 0) {
+      tail = body.substr(body.size() - 4);
+      break;
+    }
+  }
+  EXPECT_TRUE(short_answered);
+  EXPECT_EQ(at, kHugeRegion);
+  EXPECT_EQ(pieces, kHugeRegion / (size_t{64} << 10));
+  EXPECT_EQ(head, "head");
+  EXPECT_EQ(tail, "tail");
+  EXPECT_LT(peak_rss() - before, kHeld);
+}
+
+TEST_P(HostileHugeRead, ARegionClosedWhileItsReadIsAnsweredEndsTheAnswerWithItsRefusal) {
+  if (GetParam() == 0) GTEST_SKIP() << "a region needs FI_RMA";
+  ASSERT_TRUE(read_request(1, kKey, 0, kHugeRegion));
+  progress_for(100);
+  t_->close_region();
+  size_t at = 0;
+  for (;;) {
+    Header h;
+    std::string body;
+    ASSERT_TRUE(next(&h, &body));
+    ASSERT_EQ(h.op, kReadResp);
+    ASSERT_EQ(h.tag, at);
+    at += body.size();
+    if (h.data != 0) {
+      EXPECT_EQ(h.data, 1u) << "kBadKey: the region's key is gone";
+      EXPECT_TRUE(body.empty());
+      EXPECT_EQ(h.flags & kMore, 0u) << "the answer ends there";
+      break;
+    }
+    ASSERT_NE(h.flags & kMore, 0u) << "the whole region came before its close";
+  }
+  EXPECT_LT(at, kHugeRegion);
+  // The connection goes on.
+  ASSERT_TRUE(read_request(2, kKey, 0, 4));
+  Header h;
+  ASSERT_TRUE(next(&h));
+  EXPECT_EQ(h.seq, 2u);
+  EXPECT_EQ(h.data, 1u);
 }
 
 }  // namespace

@@ -227,6 +227,11 @@ class FakeOwner final : public Owner {
     std::lock_guard lock(mu_);
     return refused_;
   }
+  // Pieces of answers placed (wire.h): all but whole ones.
+  size_t answer_pieces() const {
+    std::lock_guard lock(mu_);
+    return pieces_;
+  }
   size_t unplaced() const {
     std::lock_guard lock(mu_);
     return unplaced_;
@@ -273,19 +278,24 @@ class FakeOwner final : public Owner {
       return true;
     }
     if (in.kind != InKind::kMsg) {
+      // A whole answer, or a piece of one (wire.h): its bytes inside the result, the last
+      // ending at its end; a refusal or a direct answer carries none.
       auto it = one_sided_.find({in.via, in.seq});
-      const size_t want = it == one_sided_.end() || in.status != RmaStatus::kOk || in.direct
-                              ? 0
-                              : it->second->result_len;
-      if (it == one_sided_.end() || in.len != want || in.direct != it->second->direct) {
+      const bool empty = in.status != RmaStatus::kOk || in.direct;
+      const size_t want = it == one_sided_.end() ? 0 : it->second->result_len;
+      const bool fits = empty ? in.len == 0 && !in.more
+                              : in.offset <= want && in.len <= want - in.offset &&
+                                    (in.more || in.offset + in.len == want);
+      if (it == one_sided_.end() || !fits || in.direct != it->second->direct) {
         p->bad = true;
         return true;
       }
       TxOp* op = it->second;
       for (size_t i = 0; i < op->result_count; ++i) p->iov[i] = op->result[i];
       p->iov_count = op->result_count;
-      p->capacity = in.len;
+      p->capacity = in.offset + in.len;
       p->as<Record>() = {kRecordMagic, 0};
+      if (in.more || in.offset != 0) ++pieces_;
       return true;
     }
     if (!accepting_) {
@@ -324,6 +334,7 @@ class FakeOwner final : public Owner {
       return false;
     }
     if (in.kind != InKind::kMsg) {
+      if (in.more) return false;  // the answer goes on
       one_sided_.erase({in.via, in.seq});
       answers_.emplace_back(in.seq, in.status);
       journal_.push_back("answer " + std::to_string(in.seq));
@@ -372,7 +383,7 @@ class FakeOwner final : public Owner {
                        : a.direct ? (a.write ? "direct write" : "direct read")
                                   : "read");
     const RmaStatus s = check_locked(a.key, a.addr, a.len);
-    if (s != RmaStatus::kOk) return s;
+    if (s != RmaStatus::kOk || a.part == AccessPart::kCheck) return s;
     if (a.direct != nullptr) {
       if (!a.direct->copy(region_.base + a.addr)) return RmaStatus::kCopyFailed;
     } else if (!a.atomic) {
@@ -524,6 +535,7 @@ class FakeOwner final : public Owner {
   int ended_ = 0;
   size_t refused_ = 0;
   size_t unplaced_ = 0;
+  size_t pieces_ = 0;  // pieces of answers placed (not whole answers)
   size_t retries_asked_ = 0;
   std::vector<std::string> journal_;
   std::vector<std::string> problems_;

@@ -308,6 +308,137 @@ TEST_P(TransportNoDirectTest, WithDirectCopiesOffLargeTransfersTravelThroughTheR
 }
 
 // =============================================================================================
+// Reads longer than a piece (TransportConfig::read_piece) are answered in pieces (wire.h): the
+// target holds one piece at a time, whatever the length asked.
+
+constexpr size_t kPiece = 4096;
+
+class TransportPieceTest : public TransportTest {
+ protected:
+  void configure(TransportConfig* c) override {
+    c->direct_min = 0;  // through the ring too, not copied straight into the result
+    c->read_piece = kPiece;
+  }
+};
+INSTANTIATE_TEST_SUITE_P(, TransportPieceTest, ::testing::Values(false, true), tcp_or_shm);
+
+TEST_P(TransportPieceTest, AReadLongerThanAPieceArrivesInPiecesAndLandsWhole) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  std::string region(25 * kPiece + 99, '\0');
+  for (size_t i = 0; i < region.size(); ++i) region[i] = static_cast<char>(i * 7 + i / kPiece);
+  server_.set_region(kKey, reinterpret_cast<unsigned char*>(region.data()), region.size());
+  OneSided r, small;
+  read_op(&r, 5, kKey, 3, 25 * kPiece + 90);
+  // Across two result buffers, the second beginning inside a piece.
+  std::string tail(1000, '\0');
+  r.op.result[0] = {r.data.data(), 25 * kPiece + 90 - tail.size()};
+  r.op.result[1] = {tail.data(), tail.size()};
+  r.op.result_count = 2;
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), &r.op));
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), read_op(&small, 6, kKey, 1, 10)));
+  ASSERT_TRUE(pump([&] { return client_.answers().size() == 2; }));
+  const auto a = client_.answers();
+  EXPECT_EQ(a[0], std::make_pair(uint32_t{5}, RmaStatus::kOk));
+  EXPECT_EQ(a[1], std::make_pair(uint32_t{6}, RmaStatus::kOk));
+  EXPECT_EQ(r.data.substr(0, 25 * kPiece + 90 - tail.size()),
+            region.substr(3, 25 * kPiece + 90 - tail.size()));
+  EXPECT_EQ(tail, region.substr(3 + 25 * kPiece + 90 - tail.size(), tail.size()));
+  EXPECT_EQ(small.data, region.substr(1, 10));
+  EXPECT_EQ(client_.answer_pieces(), 26u);
+  EXPECT_EQ(client_.problems(), std::vector<std::string>{});
+}
+
+TEST_P(TransportPieceTest, AReadLongerThanItsRegionIsRefusedBeforeAnyPiece) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  std::string region(4 * kPiece, 'r');
+  server_.set_region(kKey, reinterpret_cast<unsigned char*>(region.data()), region.size());
+  OneSided r;
+  ASSERT_NO_FATAL_FAILURE(send(client_, p.client.get(), read_op(&r, 8, kKey, 1, 4 * kPiece)));
+  ASSERT_TRUE(pump([&] { return client_.answers().size() == 1; }));
+  EXPECT_EQ(client_.answers()[0], std::make_pair(uint32_t{8}, RmaStatus::kOutOfBounds));
+  EXPECT_EQ(client_.answer_pieces(), 0u);
+  EXPECT_EQ(r.data, std::string(4 * kPiece, '\0'));
+}
+
+// The initiator's side against a target that answers in pieces out of the rules (wire.h): the
+// connection fails, and no byte lands outside the result.
+TEST_F(TransportRawTest, PiecesOfAnAnswerOutOfOrderFailTheConnection) {
+  struct Case {
+    const char* what;
+    std::vector<std::string> frames;
+    const char* logged;
+  };
+  const auto piece = [](uint32_t seq, uint64_t offset, size_t len, bool more) {
+    return frame({.op = wire::Op::kReadResp,
+                  .flags = more ? uint32_t{wire::kMore} : 0,
+                  .length = static_cast<uint32_t>(len),
+                  .seq = seq,
+                  .tag = offset},
+                 std::string(len, 'p'));
+  };
+  const Case cases[] = {
+      {"a gap", {piece(1, 0, 4, true), piece(1, 6, 4, false)}, "a piece of an answer out of order"},
+      {"an overlap",
+       {piece(1, 0, 4, true), piece(1, 2, 6, false)},
+       "a piece of an answer out of order"},
+      {"a first piece not at 0", {piece(1, 4, 4, true)}, "a piece of an answer out of order"},
+      {"a second answer in pieces before the first ends",
+       {piece(1, 0, 4, true), piece(2, 0, 4, true)},
+       "a piece of an answer out of order"},
+      {"a piece past the end of the result",
+       {piece(1, 0, 4, true), piece(1, 4, 12, false)},
+       "an answer to no request of ours"},
+      {"a last piece short of the end",
+       {piece(1, 0, 4, true), piece(1, 4, 2, false)},
+       "an answer to no request of ours"},
+      {"more pieces with no bytes", {piece(1, 0, 0, true)}, "a field the opcode does not use"},
+      {"more pieces after a refusal",
+       {frame({.op = wire::Op::kReadResp, .flags = wire::kMore, .seq = 1, .data = 1})},
+       "a response with an unknown status"},
+  };
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(listen(&p));
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    {
+      std::lock_guard lock(g_log_mu);
+      g_log.clear();
+    }
+    FakeOwner owner;
+    WirePeer peer(ticker());
+    ASSERT_NO_FATAL_FAILURE(accept_raw(&p, &peer, &owner));
+    // Two reads of 10 bytes into guarded buffers: nothing may land past them.
+    OneSided r1, r2;
+    std::string guard1(64, 'g'), guard2(64, 'g');
+    read_op(&r1, 1, kKey, 0, 10);
+    read_op(&r2, 2, kKey, 0, 10);
+    r1.data.resize(10 + guard1.size(), 'g');
+    r2.data.resize(10 + guard2.size(), 'g');
+    r1.op.result[0] = {r1.data.data(), 10};
+    r2.op.result[0] = {r2.data.data(), 10};
+    ASSERT_EQ(owner.submit(p.server.get(), &r1.op), 0);
+    ASSERT_EQ(owner.submit(p.server.get(), &r2.op), 0);
+    for (int i = 0; i < 2; ++i) {
+      wire::Header h;
+      std::string payload;
+      ASSERT_TRUE(peer.recv_frame(&h, &payload));
+      ASSERT_EQ(h.op, wire::Op::kReadReq);
+    }
+    for (const std::string& f : c.frames) ASSERT_TRUE(peer.send_bytes(f));
+    ASSERT_TRUE(pump([&] { return owner.has_async(FI_FABQ_EVENT_EP_REQ_ERR); }))
+        << ::testing::PrintToString(owner.journal());
+    EXPECT_TRUE(logged_containing(c.logged)) << ::testing::PrintToString(logged());
+    EXPECT_EQ(r1.data.substr(10), guard1) << "bytes past the first result";
+    EXPECT_EQ(r2.data.substr(10), guard2) << "bytes past the second result";
+    EXPECT_EQ(owner.answers().size(), 0u) << "no read completed";
+    EXPECT_FALSE(p.server->open());
+    p.server.reset();
+  }
+}
+
+// =============================================================================================
 // Sharing a copy (shm.h): from share_min bytes on, the target offers the initiator's process
 // the second part of a direct request, and both copy at once. Here the two sides run in two
 // engines, each progressed by a thread of its own, as two processes are.

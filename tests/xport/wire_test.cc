@@ -375,7 +375,8 @@ bool is_response(Op op) {
 
 TEST(WireDecode, TagOnAnUntaggedOpIsUnusedField) {
   for (const Op op : kAllOps) {
-    if (op == Op::kTagged || is_request(op)) continue;
+    // A read's answer says there where its bytes begin (a piece): below.
+    if (op == Op::kTagged || is_request(op) || op == Op::kReadResp) continue;
     Header h = full_header(op);
     h.tag = 1;
     EXPECT_EQ(decode_bytes(encoded(h)), Violation::kUnusedField) << op_name(op);
@@ -467,6 +468,35 @@ TEST(WireDecode, DirectIsOnlyForMessagesWritesReadsAndReadAnswersAndWritesHaveNo
   // A message's CQ data is in its header.
   Header msg{.op = Op::kMsg, .flags = kDirect | kRemoteData, .length = 16, .seq = 1, .data = 9};
   EXPECT_EQ(decode_bytes(encoded(msg)), Violation::kNone);
+}
+
+TEST(WireDecode, AReadsAnswerInPiecesCarriesEachOffsetInTagAndMoreOnAllButTheLast) {
+  EXPECT_EQ(kMore, 128u);
+  Header piece{.op = Op::kReadResp, .flags = kMore, .length = 4096, .seq = 3, .tag = 0};
+  EXPECT_EQ(decode_bytes(encoded(piece)), Violation::kNone) << "the first piece";
+  piece.tag = 4096;
+  EXPECT_EQ(decode_bytes(encoded(piece)), Violation::kNone) << "a later piece";
+  piece.flags = 0;
+  piece.length = 10;
+  EXPECT_EQ(decode_bytes(encoded(piece)), Violation::kNone) << "the last piece";
+  // The region went away: the answer ends with its status, where the bytes stopped.
+  Header refusal{.op = Op::kReadResp, .seq = 3, .tag = 8192, .data = 1};
+  EXPECT_EQ(decode_bytes(encoded(refusal)), Violation::kNone);
+  refusal.flags = kMore;
+  EXPECT_EQ(decode_bytes(encoded(refusal)), Violation::kBadStatus) << "nothing follows a refusal";
+  Header empty{.op = Op::kReadResp, .flags = kMore, .seq = 3, .tag = 8192};
+  EXPECT_EQ(decode_bytes(encoded(empty)), Violation::kUnusedField) << "a piece has bytes";
+  Header direct{.op = Op::kReadResp, .flags = kDirect, .seq = 3, .tag = 8};
+  EXPECT_EQ(decode_bytes(encoded(direct)), Violation::kUnusedField) << "a direct answer is whole";
+  direct.tag = 0;
+  direct.flags = kDirect | kMore;
+  EXPECT_EQ(decode_bytes(encoded(direct)), Violation::kBadFlags);
+  for (const Op op : kAllOps) {
+    if (op == Op::kReadResp) continue;
+    Header h = full_header(op);
+    h.flags |= kMore;
+    EXPECT_EQ(decode_bytes(encoded(h)), Violation::kBadFlags) << op_name(op);
+  }
 }
 
 TEST(WireDecode, AWriteWithCqDataFitsUnderTheLargestLimitToo) {
