@@ -24,6 +24,14 @@
 //     exactly the bytes the owner produced (a read's bytes, an atomic's previous values); a
 //     refused request gets its Status and no payload; a read longer than max_msg_size is refused
 //     kOutOfBounds without the owner;
+//   - a read longer than a piece (kPiece, TransportConfig::read_piece) is checked whole first
+//     (AccessPart::kCheck, in the order of the frames); once granted it is answered in pieces,
+//     each copied by an access of its own (kPiece, kLast), the reads in the order they were
+//     granted, each piece with the bytes its access copied, at its offset, kMore on all but the
+//     last; whole answers may come between pieces;
+//   - the answers to the endpoint's own reads may come in pieces too (wire.h): a piece that does
+//     not continue the answer that is arriving (or begins one while another is) fails the
+//     connection at its header, before any upcall;
 //   - a frame that breaks the protocol (a header decode() refuses, a frame the state forbids, an
 //     atomic whose length is not its operands', a kWrite too short for its CQ data, a direct
 //     message, request or answer on this connection without shared memory, an answer or
@@ -93,6 +101,9 @@ constexpr size_t kMaxOps = 4;          // the endpoint's requests in flight
 constexpr size_t kMaxResult = 64;      // bytes of one of its reads or fetches
 constexpr size_t kMaxMsgPlace = 16;    // room for a message's payload
 constexpr size_t kMaxSent = 1u << 20;  // bytes the peer sends in one run
+// A read longer than this is answered in pieces (TransportConfig::read_piece): small, so that
+// reads of the larger region (up to 20000 bytes) come in up to 20 of them.
+constexpr size_t kPiece = 1024;
 
 // CONN_FUZZ_TRACE set: what the peer hears back, on stderr (for reading a crash's input).
 bool tracing() {
@@ -184,6 +195,13 @@ struct Entry {
   Op reply_op = Op::kRmaAck;
   RmaStatus status = RmaStatus::kOk;
   Bytes reply;
+  // A kReadReq longer than kPiece: checked whole (the owner's kCheck access); once granted
+  // (`streamed`) answered in pieces, not in the order of the frames.
+  bool check_only = false;
+  bool streamed = false;
+  size_t copied = 0;         // bytes copied into pieces so far (the owner's piece accesses)
+  size_t answered_to = 0;    // bytes of pieces the peer has read
+  std::deque<Bytes> pieces;  // copied, not yet read by the peer
 };
 
 // One of the endpoint's own requests.
@@ -441,6 +459,27 @@ class Harness {
     fail("an upcall for no frame");
   }
   void upcall_done() { ++upcall_next_; }
+  void stream(Entry* e) { streams_.push_back(e); }
+  // The access that copies the next piece of the oldest granted read still being copied.
+  RmaStatus piece(const RemoteAccess& a, void* out) {
+    check(copying_ < streams_.size(), "a piece access for no read granted");
+    // Reads whose pieces were all copied stay in streams_ until the peer read them.
+    Entry& e = *streams_[copying_];
+    const size_t total = wire::get_u64(e.payload.data());
+    const size_t n = std::min(kPiece, total - e.copied);
+    const bool last = e.copied + n == total;
+    check(a.via == conn() && !a.atomic && a.direct == nullptr && a.key == e.h.tag &&
+              a.addr == e.h.data + e.copied && a.len == n && (a.part == AccessPart::kLast) == last,
+          "a piece access of the wrong part of its read");
+    size_t off = 0;
+    check(locate(a.key, a.addr, a.len, &off) == RmaStatus::kOk,
+          "a piece of a read granted whole is refused");
+    std::memcpy(out, region_.data() + off, n);
+    e.pieces.emplace_back(region_.data() + off, region_.data() + off + n);
+    e.copied += n;
+    if (last) ++copying_;
+    return RmaStatus::kOk;
+  }
   void check_memory() {
     check(region_.guards_intact(), "a write outside the region");
     const size_t g = owner_.grant_off;
@@ -630,6 +669,8 @@ class Harness {
     e.h = h;
     if (is_handshake(h.op) || h.op == Op::kShutdown) {
       e.closes = true;  // forbidden once connected; kShutdown: the peer closed
+    } else if (h.op == Op::kReadResp && !answer_in_order(h)) {
+      e.closes = true;  // a piece out of the rules of wire.h: failed at its header
     } else if ((h.flags & wire::kDirect) != 0) {
       // A direct request or message: collected whole, then refused (frame_done()).
     } else if (h.op == Op::kWrite || h.op == Op::kMsg || h.op == Op::kTagged ||
@@ -666,11 +707,13 @@ class Harness {
     if (h.op == Op::kReadReq) {
       e.answered = true;
       e.reply_op = Op::kReadResp;
-      if (wire::get_u64(e.payload.data()) > max_msg_) {
+      const uint64_t len = wire::get_u64(e.payload.data());
+      if (len > max_msg_) {
         e.resolved = true;
         e.status = RmaStatus::kOutOfBounds;
       } else {
         e.upcall = Entry::Upcall::kAccess;
+        e.check_only = len > kPiece;
       }
     } else if (h.op == Op::kAtomic) {
       wire::AtomicDesc d;
@@ -691,6 +734,22 @@ class Harness {
         e.upcall = Entry::Upcall::kAccess;
       }
     }
+  }
+
+  // The rule of wire.h for the pieces of an answer to the endpoint's reads, as the connection
+  // keeps it: whether kReadResp `h` continues the answer arriving in pieces, or begins one when
+  // none is.
+  bool answer_in_order(const Header& h) {
+    if ((h.flags & wire::kDirect) != 0) return true;
+    const bool more = (h.flags & wire::kMore) != 0;
+    const bool continues = rx_open_ && h.seq == rx_seq_;
+    if (continues ? h.tag != rx_next_ : h.tag != 0 || (more && rx_open_)) return false;
+    if (continues || more) {
+      rx_open_ = more;
+      rx_seq_ = h.seq;
+      rx_next_ = h.tag + h.length;
+    }
+    return true;
   }
 
   void send_raw(const Bytes& bytes) {
@@ -798,6 +857,10 @@ class Harness {
   }
 
   void got_answer(const Header& h, const Bytes& payload) {
+    if (h.op == Op::kReadResp && ((h.flags & wire::kMore) != 0 || h.tag != 0)) {
+      got_piece(h, payload);
+      return;
+    }
     while (answer_next_ < entries_.size()) {
       const Entry& e = entries_[answer_next_];
       check(!e.closes, "an answer to a frame after one that fails the connection");
@@ -818,6 +881,30 @@ class Harness {
     check(h.data == static_cast<uint64_t>(e.status), "an answer with the wrong status");
     if (e.status != RmaStatus::kOk) check(h.length == 0, "a refusal with a payload");
     check(payload == e.reply, "an answer whose bytes are not the owner's");
+  }
+
+  // A piece of the answer to the oldest read granted and not yet answered whole.
+  void got_piece(const Header& h, const Bytes& payload) {
+    if (tracing()) {
+      std::fprintf(stderr, "piece seq %u at %llu length %u%s\n", h.seq,
+                   static_cast<unsigned long long>(h.tag), h.length,
+                   (h.flags & wire::kMore) != 0 ? " more" : "");
+    }
+    check(!streams_.empty(), "a piece of no read answered in pieces");
+    Entry& e = *streams_.front();
+    check(h.seq == e.h.seq && h.data == 0, "a piece of another read, or a refused one");
+    check(h.tag == e.answered_to, "a piece out of order");
+    check(!e.pieces.empty() && payload == e.pieces.front(),
+          "a piece whose bytes are not those its access copied");
+    e.pieces.pop_front();
+    e.answered_to += payload.size();
+    const size_t total = wire::get_u64(e.payload.data());
+    const bool last = e.answered_to == total;
+    check(((h.flags & wire::kMore) == 0) == last, "kMore on the last piece, or not on another");
+    if (last) {
+      streams_.pop_front();
+      --copying_;  // it was copied whole before its last piece could be read
+    }
   }
 
   // The endpoint's requests, in the order it submitted them, as it submitted them.
@@ -847,7 +934,7 @@ class Harness {
       const Entry& e = entries_[i];
       if (e.answered && e.whole) return false;
     }
-    return true;
+    return streams_.empty();
   }
 
   const bool rdm_;
@@ -868,6 +955,14 @@ class Harness {
   std::deque<Entry> entries_;
   size_t upcall_next_ = 0;
   size_t answer_next_ = 0;
+  // Reads granted to be answered in pieces, in that order; the front one's pieces are copied
+  // (and read) first. Entries are never removed from entries_, so these stay valid.
+  std::deque<Entry*> streams_;
+  size_t copying_ = 0;  // of streams_: the one whose pieces are being copied
+  // The answer to one of the endpoint's reads arriving in pieces (answer_in_order()).
+  bool rx_open_ = false;
+  uint32_t rx_seq_ = 0;
+  uint64_t rx_next_ = 0;
   MyOp ops_[kMaxOps];
   struct Submitted {
     Op op;
@@ -929,18 +1024,26 @@ bool FakeOwner::place(const Incoming& in, Placement* p) {
       const bool read = in.kind == InKind::kReadResp;
       check(h.op == (read ? Op::kReadResp : Op::kAtomicResp), "place: an answer");
       check(static_cast<uint64_t>(in.status) == h.data && in.key == 0, "place: the status");
+      check(in.offset == (read && !in.direct ? h.tag : 0), "place: a piece's offset");
+      check(in.more == ((h.flags & wire::kMore) != 0), "place: more pieces");
       MyOp* m = h_->op_by_seq(in.seq);
       const TxKind want = read ? TxKind::kRead : TxKind::kAtomic;
-      const size_t expect = in.status == RmaStatus::kOk && m != nullptr ? m->op.result_len : 0;
+      // A refusal carries no bytes; otherwise they lie inside the result, the last piece (or
+      // the whole answer) ending at its end.
+      const size_t result = m != nullptr ? m->op.result_len : 0;
+      const bool fits = in.status != RmaStatus::kOk
+                            ? in.len == 0 && !in.more
+                            : in.offset <= result && in.len <= result - in.offset &&
+                                  (in.more || in.offset + in.len == result);
       // No request of this endpoint is direct (no shared memory): a direct answer answers none.
-      if (m == nullptr || !m->written || m->op.kind != want || in.len != expect || in.direct) {
+      if (m == nullptr || !m->written || m->op.kind != want || !fits || in.direct) {
         e.closes = true;  // an answer to no request: the connection fails
         p->bad = true;
         placing_ = false;
         return true;
       }
-      if (in.len > 0) p->iov[p->iov_count++] = {m->result.data(), in.len};
-      p->capacity = in.len;
+      if (result > 0) p->iov[p->iov_count++] = {m->result.data(), result};
+      p->capacity = in.offset + in.len;
       return true;
     }
   }
@@ -977,9 +1080,9 @@ bool FakeOwner::placed(const Incoming& in, Placement* p) {
     default: {
       MyOp* m = h_->op_by_seq(in.seq);
       check(m != nullptr, "placed: an answer to nothing");
-      check(in.len == 0 || std::memcmp(m->result.data(), e.payload.data(), in.len) == 0,
+      check(in.len == 0 || std::memcmp(m->result.data() + in.offset, e.payload.data(), in.len) == 0,
             "placed: an answer's bytes");
-      m->live = false;
+      if (!in.more) m->live = false;  // a piece: the read goes on
       h_->check_memory();
       return true;
     }
@@ -987,11 +1090,14 @@ bool FakeOwner::placed(const Incoming& in, Placement* p) {
 }
 
 RmaStatus FakeOwner::remote_access(const RemoteAccess& a, void* out) {
+  if (a.part == AccessPart::kPiece || a.part == AccessPart::kLast) return h_->piece(a, out);
   Entry& e = h_->next_upcall(Entry::Upcall::kAccess);
   const Header& h = e.h;
   check(e.whole && a.via == h_->conn() && a.key == h.tag && a.addr == h.data, "access: frame");
   h_->upcall_done();
   e.resolved = true;
+  check((a.part == AccessPart::kCheck) == e.check_only,
+        "access: a read checked whole that is not longer than a piece, or the reverse");
   if (h.op == Op::kReadReq) {
     check(!a.atomic && a.len == wire::get_u64(e.payload.data()), "access: a read's length");
   } else {
@@ -1014,6 +1120,13 @@ RmaStatus FakeOwner::remote_access(const RemoteAccess& a, void* out) {
   }
   e.status = status;
   if (status != RmaStatus::kOk) return status;
+  if (e.check_only) {
+    // Granted: answered in pieces, out of the frames' order (Harness::piece(), got_piece()).
+    e.answered = false;
+    e.streamed = true;
+    h_->stream(&e);
+    return status;
+  }
   unsigned char* at = h_->region() + off;
   if (!a.atomic) {
     if (a.len > 0) std::memcpy(out, at, a.len);
@@ -1081,6 +1194,7 @@ World& world() {
     config.shm = false;
     config.keepalive_ms = 0;
     config.connect_timeout_ms = 1000000;
+    config.read_piece = kPiece;
     x.t = make_tcp_transport(config).release();  // for the whole run
     x.listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     x.at.sin_family = AF_INET;
