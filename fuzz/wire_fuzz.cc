@@ -21,9 +21,10 @@
 //     kMaxIov entries of 16 bytes (after a read's 8-byte length) whatever max_payload says, and a
 //     direct kReadResp nothing;
 //   - a completed header re-encodes to the stream's bytes, and obeys every rule of decode():
-//     the flags of its op, its length, `tag` only where a key, a tag or a segment goes, `data`
-//     only where CQ data, an address, a Status or a nonce goes, a Status that exists and no
-//     payload with a refusal, `seq` only where a number goes;
+//     the flags of its op, its length, `tag` only where a key, a tag, a segment or a piece's
+//     offset goes, `data` only where CQ data, an address, a Status or a nonce goes, a Status
+//     that exists and no payload (nor kMore) with a refusal, bytes in a piece with kMore, `seq`
+//     only where a number goes;
 //   - a refused header breaks the rule its Violation names;
 //   - a dead framer reports the violation decode() finds in the header's bytes, and takes
 //     nothing afterwards, not even after next_frame();
@@ -119,7 +120,8 @@ uint32_t allowed_flags(Op op) {
   if (op == Op::kConnReq) return kShmOffer | kAuth;
   if (op == Op::kConnAccept) return kShmAccept;
   if (op == Op::kWrite) return kRemoteData | kDirect;
-  if (op == Op::kReadReq || op == Op::kReadResp) return kDirect;
+  if (op == Op::kReadReq) return kDirect;
+  if (op == Op::kReadResp) return kDirect | kMore;
   return 0;
 }
 
@@ -132,7 +134,9 @@ bool known_op(uint8_t op) {
 bool flags_ok(const Header& h) {
   // A direct write has no room for CQ data; a message carries its own in the header.
   const bool both = (h.flags & kDirect) != 0 && (h.flags & kRemoteData) != 0 && !is_data(h.op);
-  return (h.flags & ~allowed_flags(h.op)) == 0 && !both;
+  // A direct answer is whole: never a piece.
+  const bool direct_piece = (h.flags & kDirect) != 0 && (h.flags & kMore) != 0;
+  return (h.flags & ~allowed_flags(h.op)) == 0 && !both && !direct_piece;
 }
 
 bool length_ok(const Header& h, size_t max_payload) {
@@ -146,16 +150,21 @@ bool length_ok(const Header& h, size_t max_payload) {
   return h.length <= length_limit(h, max_payload) && h.length >= length_floor(h);
 }
 
-// A Status that exists, and a payload only with kOk.
+// A Status that exists, and a payload (or more pieces) only with kOk.
 bool status_ok(const Header& h) {
   if (!is_answer(h.op)) return true;
-  return h.data <= static_cast<uint64_t>(RmaStatus::kCopyFailed) && (h.data == 0 || h.length == 0);
+  return h.data <= static_cast<uint64_t>(RmaStatus::kCopyFailed) &&
+         (h.data == 0 || (h.length == 0 && (h.flags & kMore) == 0));
 }
 
 bool fields_ok(const Header& h) {
   // A shared-memory offer names its segment in `tag` and carries its nonce in `data`.
   const bool offer = h.op == Op::kConnReq && (h.flags & kShmOffer) != 0;
-  if (h.tag != 0 && h.op != Op::kTagged && !offer && !is_request(h.op)) return false;
+  // A read's answer that is not direct may be a piece: its offset in `tag`.
+  const bool piece = h.op == Op::kReadResp && (h.flags & kDirect) == 0;
+  if (h.tag != 0 && h.op != Op::kTagged && !offer && !is_request(h.op) && !piece) return false;
+  // A piece that says more follow carries bytes.
+  if ((h.flags & kMore) != 0 && h.length == 0) return false;
   if (h.data != 0 && (h.flags & kRemoteData) == 0 && !offer && !is_request(h.op) &&
       !is_answer(h.op)) {
     return false;
