@@ -22,8 +22,11 @@
 //   region is freed (-FI_EBUSY). fi_mr_refresh is accepted (host memory never moves) and
 //   fi_mr_enable is 0 (it is what FI_MR_ENDPOINT asks for).
 // - With the domain's EQ bound with FI_REG_MR, each registration completes there as an
-//   FI_MR_COMPLETE event (fid = the region's, context = its context); with no room in that EQ
-//   the registration fails with -FI_EAGAIN and nothing is registered.
+//   FI_MR_COMPLETE event (fid = the region's, context = its context). The event's slot is
+//   reserved before anything is registered: with no room in that EQ the registration fails
+//   with -FI_EAGAIN, nothing is registered and the EQ is untouched (read it and register
+//   again); an EQ already overrun fails it with -FI_EOVERRUN. Closing a region purges its
+//   unread event from that EQ.
 // - fi_close ends remote access at once: a request that arrives later finds no key and fails at
 //   its initiator. An access already placing bytes when the region closes may still finish
 //   (fi_mr(3): the application closes a region only once nothing uses it); the provider's own
