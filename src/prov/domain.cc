@@ -119,7 +119,8 @@ xport::RmaStatus Domain::acquire_region(uint64_t key, uint64_t addr, size_t len,
   if (it == regions_.end()) return xport::RmaStatus::kBadKey;
   Region* r = it->second;
   if (!r->enabled || (mr_endpoint_ && r->ep != ep)) return xport::RmaStatus::kBadKey;
-  // addr - first is the offset; both comparisons are free of overflow.
+  // addr - first is the offset; no comparison computes addr + len, which a peer can make wrap.
+  // at = base + offset stays inside the region since no region wraps (mr.cc refuses them).
   if (addr < r->first || addr - r->first > r->len || len > r->len - (addr - r->first)) {
     return xport::RmaStatus::kOutOfBounds;
   }

@@ -2,6 +2,8 @@
 
 #include <rdma/fi_eq.h>
 
+#include <cstdint>
+
 #include "prov/cntr.h"
 #include "prov/domain.h"
 #include "prov/endpoint.h"
@@ -150,6 +152,15 @@ class EqSlot {
   Eq* eq_ = nullptr;
 };
 
+// A buffer a region may cover: a length and, with one, a non-null address from which that many
+// bytes do not run past the end of the address space (a region that wraps would let a peer's
+// offset reach memory below its start).
+bool valid_region_buffer(const iovec& iov) {
+  if (iov.iov_len == 0) return true;
+  const auto base = reinterpret_cast<uintptr_t>(iov.iov_base);
+  return base != 0 && iov.iov_len <= UINTPTR_MAX - base;
+}
+
 }  // namespace
 
 int mr_regattr(fid* domain_fid, const fi_mr_attr* attr, uint64_t flags, fid_mr** out) {
@@ -165,8 +176,12 @@ int mr_regattr(fid* domain_fid, const fi_mr_attr* attr, uint64_t flags, fid_mr**
     return -FI_EINVAL;
   }
   for (size_t i = 0; i < attr->iov_count; ++i) {
-    if (attr->mr_iov[i].iov_base == nullptr && attr->mr_iov[i].iov_len != 0) return -FI_EINVAL;
+    if (!valid_region_buffer(attr->mr_iov[i])) return -FI_EINVAL;
   }
+  // fi_mr(3): "The offset parameter is reserved for future use and must be 0."
+  if (attr->offset != 0) return -FI_EINVAL;
+  // FI_KEY_NOTAVAIL is what fi_mr_key says of a region with no key: no region may have it.
+  if (!domain->prov_key() && attr->requested_key == FI_KEY_NOTAVAIL) return -FI_EKEYREJECTED;
   if (domain->failed()) return -FI_EOPBADSTATE;
   // FI_REG_MR: the registration's event gets its slot before anything is registered, so an EQ
   // with no room fails the call and changes nothing (no fault rule counts it either).

@@ -5,13 +5,17 @@
 // atomics from peers (fi_rma(3), fi_atomic(3)) may touch, and nothing else of the process is:
 //
 // - fi_mr_reg / fi_mr_regv / fi_mr_regattr: at most the domain's mr_iov_limit (1) buffers, each
-//   with a length and, if it has one, a non-null address; access a subset of FI_SEND, FI_RECV,
-//   FI_READ, FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE; flags 0 or FI_RMA_EVENT; host memory
-//   only. Else -FI_EINVAL (-FI_EBADFLAGS for flags, -FI_ENOSYS for another memory interface).
+//   with a length and, if it has one, a non-null address from which that length does not run
+//   past the end of the address space (a region that wrapped would put every address below it
+//   at a peer's reach); offset 0 (fi_mr(3): reserved, must be 0); access a subset of FI_SEND,
+//   FI_RECV, FI_READ, FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE; flags 0 or FI_RMA_EVENT; host
+//   memory only. Else -FI_EINVAL (-FI_EBADFLAGS for flags, -FI_ENOSYS for another memory
+//   interface), and nothing is registered.
 // - Keys. With FI_MR_PROV_KEY in the domain's mr_mode (FI_MR_BASIC before 1.5) the key is 64
 //   random bits from the kernel (getrandom), drawn again on the rare clash: a peer cannot guess
 //   one. Otherwise it is the application's requested_key, unique in the domain (a key another
-//   live region holds: -FI_ENOKEY). fi_mr_key returns it; fi_mr_desc a descriptor.
+//   live region holds: -FI_ENOKEY; FI_KEY_NOTAVAIL, which fi_mr_key returns for a region without
+//   a key: -FI_EKEYREJECTED). fi_mr_key returns it; fi_mr_desc a descriptor.
 // - Addresses. With FI_MR_VIRT_ADDR (or FI_MR_BASIC) peers name a byte of the region by its
 //   virtual address in this process, otherwise by its offset from the region's start.
 // - FI_MR_ENDPOINT: the region is reachable only through the endpoint it is bound to
@@ -33,10 +37,11 @@
 //   record of the region lives until then. A domain with live regions cannot close (-FI_EBUSY).
 //
 // Remote access (Domain::acquire_region): a request names a key, an address, a length and the
-// access it needs (FI_REMOTE_READ or FI_REMOTE_WRITE). It is granted only when a live (enabled)
-// region of the domain has the key, grants the access, lies wholly around the range and, with
-// FI_MR_ENDPOINT, is bound to the endpoint the request came to. Anything else is refused with a
-// reason (xport::RmaStatus) and touches no memory.
+// access it needs (FI_REMOTE_READ or FI_REMOTE_WRITE), all of them the peer's choice. It is
+// granted only when a live (enabled) region of the domain has the key, grants the access, lies
+// wholly around the range (checked without computing addr + len, which a peer can make wrap)
+// and, with FI_MR_ENDPOINT, is bound to the endpoint the request came to. Anything else is
+// refused with a reason (xport::RmaStatus) and touches no memory.
 //
 // Threads: any. A region's record is immutable once it is reachable, but for its bindings,
 // which change under the domain's region lock.

@@ -4,6 +4,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_eq.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "fabq_fixture.h"
@@ -115,6 +116,50 @@ TEST_F(Mr, WithFiRegMrEachRegistrationCompletesOnTheDomainsEq) {
   EXPECT_EQ(fi_close(&domain_->fid), 0);
   domain_ = nullptr;
   EXPECT_EQ(fi_close(&eq->fid), 0);
+}
+
+// A region is what peers may reach: one whose end wraps past the top of the address space would
+// put every address below its start within their reach. fi_mr(3) has offset "reserved for
+// future use and must be 0", and FI_KEY_NOTAVAIL is what fi_mr_key says of a region without a
+// key.
+TEST_F(Mr, ARangeThatWrapsTheAddressSpaceIsInvalidInEveryFormAndRegistersNothing) {
+  auto* top = reinterpret_cast<char*>(UINTPTR_MAX - 15);
+  fid_mr* mr = nullptr;
+  EXPECT_EQ(fi_mr_reg(domain_, buf_, SIZE_MAX, FI_REMOTE_WRITE, 0, 1, 0, &mr, nullptr), -FI_EINVAL);
+  EXPECT_EQ(fi_mr_reg(domain_, buf_, UINTPTR_MAX - reinterpret_cast<uintptr_t>(buf_) + 1,
+                      FI_REMOTE_WRITE, 0, 1, 0, &mr, nullptr),
+            -FI_EINVAL)
+      << "one byte past the top";
+  EXPECT_EQ(fi_mr_reg(domain_, top, 32, FI_REMOTE_READ, 0, 1, 0, &mr, nullptr), -FI_EINVAL);
+  iovec wraps{buf_, SIZE_MAX};
+  EXPECT_EQ(fi_mr_regv(domain_, &wraps, 1, FI_REMOTE_WRITE, 0, 1, 0, &mr, nullptr), -FI_EINVAL);
+  fi_mr_attr attr{};
+  attr.mr_iov = &wraps;
+  attr.iov_count = 1;
+  attr.access = FI_REMOTE_WRITE;
+  attr.requested_key = 1;
+  attr.iface = FI_HMEM_SYSTEM;
+  EXPECT_EQ(fi_mr_regattr(domain_, &attr, 0, &mr), -FI_EINVAL);
+  EXPECT_EQ(mr, nullptr);
+  EXPECT_EQ(reg(buf_, sizeof(buf_), FI_REMOTE_WRITE, 1, &mr), 0) << "key 1 was never taken";
+}
+
+TEST_F(Mr, ANonzeroOffsetOrTheNoKeyValueAsRequestedKeyIsRefused) {
+  fid_mr* mr = nullptr;
+  EXPECT_EQ(fi_mr_reg(domain_, buf_, 16, FI_REMOTE_READ, 8, 2, 0, &mr, nullptr), -FI_EINVAL);
+  iovec iov{buf_, 16};
+  fi_mr_attr attr{};
+  attr.mr_iov = &iov;
+  attr.iov_count = 1;
+  attr.access = FI_REMOTE_READ;
+  attr.offset = 4;
+  attr.requested_key = 2;
+  attr.iface = FI_HMEM_SYSTEM;
+  EXPECT_EQ(fi_mr_regattr(domain_, &attr, 0, &mr), -FI_EINVAL);
+  EXPECT_EQ(fi_mr_reg(domain_, buf_, 16, FI_REMOTE_READ, 0, FI_KEY_NOTAVAIL, 0, &mr, nullptr),
+            -FI_EKEYREJECTED);
+  EXPECT_EQ(mr, nullptr);
+  EXPECT_EQ(reg(buf_, 16, FI_REMOTE_READ, 2, &mr), 0);
 }
 
 // fabq's contract: overrun happens only when an event truly cannot be stored. A registration

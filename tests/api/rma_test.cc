@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "fabq/fi_fabq.h"
@@ -385,6 +386,54 @@ TEST(RmaRegistrationFault, WithFiRegMrAFailedRegistrationIsAnErrorEntryAndItsReg
   EXPECT_EQ(fi_close(&eq->fid), 0);
   EXPECT_EQ(fi_close(&fabric->fid), 0);
   fi_freeinfo(info);
+}
+
+// --- regions addressed by virtual address (FI_MR_VIRT_ADDR): the address is the peer's choice
+
+class RmaVirtAddr : public Rdm {
+ protected:
+  RmaVirtAddr() : Rdm(kRmaCaps) { mr_mode_ = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY; }
+};
+
+TEST_F(RmaVirtAddr, AnAddressAroundTheRegionOrOneWhoseEndWrapsIsRefusedAndTouchesNothing) {
+  ASSERT_EQ(info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR, FI_MR_VIRT_ADDR);
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  std::vector<char> memory(128, '.');
+  fid_mr* mr = nullptr;
+  ASSERT_EQ(fi_mr_reg(domain_, memory.data() + 32, 64, FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 0, 0,
+                      &mr, nullptr),
+            0);
+  const uint64_t key = fi_mr_key(mr);
+  const uint64_t base = reinterpret_cast<uintptr_t>(memory.data() + 32);
+  std::vector<char> src(65, 'X');
+  for (auto [addr, len] : {std::pair<uint64_t, size_t>{base - 1, 4},
+                           {base - 32, 8},
+                           {base + 60, 5},
+                           {base + 64, 1},
+                           {0, 8},
+                           {UINT64_MAX, 2},
+                           {UINT64_MAX - 3, 8},
+                           {base, 65}}) {
+    ASSERT_EQ(fi_write(a->ep, src.data(), len, nullptr, b->addr, addr, key, nullptr), 0);
+    fi_cq_tagged_entry e{};
+    fi_cq_err_entry err{};
+    ASSERT_EQ(wait_cq(a->cq, &e, &err), -FI_EAVAIL) << std::hex << addr << "+" << len;
+    EXPECT_EQ(err.prov_errno, FI_FABQ_RMA_OUT_OF_BOUNDS) << std::hex << addr << "+" << len;
+    char dst[8];
+    if (len > sizeof(dst)) continue;
+    ASSERT_EQ(fi_read(a->ep, dst, len, nullptr, b->addr, addr, key, nullptr), 0);
+    ASSERT_EQ(wait_cq(a->cq, &e, &err), -FI_EAVAIL) << std::hex << addr << "+" << len;
+    EXPECT_EQ(err.prov_errno, FI_FABQ_RMA_OUT_OF_BOUNDS);
+  }
+  EXPECT_EQ(std::string(memory.begin(), memory.end()), std::string(128, '.'));
+  ASSERT_EQ(fi_write(a->ep, src.data(), 64, nullptr, b->addr, base, key, nullptr), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(a->cq, &e), 1);
+  EXPECT_EQ(std::string(memory.begin() + 32, memory.begin() + 96), std::string(64, 'X'));
+  EXPECT_EQ(memory[31], '.');
+  EXPECT_EQ(memory[96], '.');
+  EXPECT_EQ(fi_close(&mr->fid), 0);
 }
 
 // --- memory registration modes
