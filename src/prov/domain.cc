@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "core/hmac.h"
 #include "prov/av.h"
@@ -107,9 +108,15 @@ bool Domain::add_region(Region* r) {
 }
 
 void Domain::remove_region(Region* r) {
-  core::MutexLock lock(mr_mu_);
-  auto it = regions_.find(r->key);
-  if (it != regions_.end() && it->second == r) regions_.erase(it);
+  Endpoint* ep = nullptr;
+  {
+    core::MutexLock lock(mr_mu_);
+    auto it = regions_.find(r->key);
+    if (it != regions_.end() && it->second == r) regions_.erase(it);
+    // A remote access still using the record reads its bytes and counters, never its endpoint.
+    ep = std::exchange(r->ep, nullptr);
+  }
+  if (ep != nullptr) ep->release();
 }
 
 xport::RmaStatus Domain::acquire_region(uint64_t key, uint64_t addr, size_t len, uint64_t access,

@@ -87,7 +87,8 @@ class Domain final : public Object, public AsyncTarget {
   // another live region holds it), a fresh random one with FI_MR_PROV_KEY. False too when
   // kMrCount regions are open.
   bool add_region(Region* r) FABQ_EXCLUDES(mr_mu_);
-  // Makes `r` unreachable (its Mr closed); the caller drops the table's reference.
+  // Makes `r` unreachable (its Mr closed) and lets go of the endpoint it is bound to (which may
+  // close from then on); the caller drops the table's reference.
   void remove_region(Region* r) FABQ_EXCLUDES(mr_mu_);
   // A remote access of `len` bytes at `addr` of region `key`, needing `access` (FI_REMOTE_READ
   // or FI_REMOTE_WRITE), arriving at endpoint `ep`: kOk with *use holding the region (release
@@ -167,9 +168,9 @@ class Domain final : public Object, public AsyncTarget {
 
 int open_domain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* context);
 
-// fi_close for an endpoint, CQ or SRX of a domain: -FI_EBUSY while something depends on it or
-// while events read about it are unacknowledged; otherwise its unread events leave the
-// channel and it is destroyed.
+// fi_close for an endpoint, CQ or SRX of a domain: -FI_EBUSY while something depends on it (an
+// endpoint: also while an FI_MR_ENDPOINT region is bound to it) or while events read about it
+// are unacknowledged; otherwise its unread events leave the channel and it is destroyed.
 template <class T>
 int close_target(T* o) {
   if (o == nullptr) return -FI_EINVAL;

@@ -65,6 +65,9 @@ struct MrOps {
         if (!d->mr_endpoint()) return -FI_ENOSYS;
         core::MutexLock lock(d->mr_mu());
         if (r->ep != nullptr) return -FI_EBUSY;
+        // Held until the region closes: the endpoint's fi_close is -FI_EBUSY meanwhile, so no
+        // later endpoint can take its place (and its address) while the key still names it.
+        ep->hold();
         r->ep = ep;
         return 0;
       }

@@ -20,7 +20,10 @@
 //   virtual address in this process, otherwise by its offset from the region's start.
 // - FI_MR_ENDPOINT: the region is reachable only through the endpoint it is bound to
 //   (fi_mr_bind with FI_CLASS_EP), and only after fi_mr_enable; until then fi_mr_key is
-//   FI_KEY_NOTAVAIL. Without it, any endpoint of the domain reaches every region.
+//   FI_KEY_NOTAVAIL. Without it, any endpoint of the domain reaches every region. The binding
+//   holds the endpoint: its fi_close is -FI_EBUSY until every region bound to it is closed
+//   (as for a counter bound to a region, and as libfabric's cxi provider does), so a key never
+//   names an endpoint that is gone, nor a later one opened in its place.
 // - fi_mr_bind of a counter with FI_REMOTE_WRITE and/or FI_REMOTE_READ: the counter counts the
 //   remote writes (and atomics) / reads that complete in the region; it cannot close before the
 //   region is freed (-FI_EBUSY). fi_mr_refresh is accepted (host memory never moves) and
@@ -69,7 +72,8 @@ struct Region {
   uint64_t access = 0;
   uint64_t first = 0;  // how peers name base: its address (FI_MR_VIRT_ADDR) or 0
   // Bindings, under the domain's region lock.
-  const Endpoint* ep = nullptr;  // FI_MR_ENDPOINT
+  // FI_MR_ENDPOINT: held (its fi_close is -FI_EBUSY) until the region leaves the domain's table.
+  Endpoint* ep = nullptr;
   bool enabled = true;
   Cntr* write_cntr = nullptr;  // fi_mr_bind FI_REMOTE_WRITE (held)
   Cntr* read_cntr = nullptr;   // fi_mr_bind FI_REMOTE_READ (held)
