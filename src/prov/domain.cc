@@ -139,6 +139,10 @@ xport::RmaStatus Domain::acquire_region(uint64_t key, uint64_t addr, size_t len,
   return xport::RmaStatus::kOk;
 }
 
+void Domain::purge_eq_locked(fid_t f) {
+  if (eq_ != nullptr) eq_->queue().purge(f);
+}
+
 Eq* Domain::reg_mr_eq() {
   core::MutexLock lock(mu_);
   return (eq_flags_ & FI_REG_MR) != 0 ? eq_ : nullptr;
