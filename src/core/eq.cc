@@ -49,6 +49,7 @@ Result<std::unique_ptr<EventQueue>> EventQueue::create(const EqConfig& config) {
 
 EventQueue::EventQueue(const EqConfig& config, std::unique_ptr<WaitObject> own_wait)
     : ring_(config.size),
+      room_(static_cast<int64_t>(ring_.capacity())),
       wait_kind_(config.wait),
       provider_owned_err_data_(config.provider_owned_err_data),
       spin_ns_(config.spin_ns),
@@ -62,17 +63,49 @@ EventQueue::~EventQueue() {
   if (wait_set_ != nullptr) wait_set_->remove(this);
 }
 
+bool EventQueue::take_room(size_t n, size_t keep_free) {
+  const auto want = static_cast<int64_t>(n);
+  const auto need = static_cast<int64_t>(n + keep_free);
+  int64_t room = room_.load(std::memory_order_acquire);
+  do {
+    if (room < need) return false;
+  } while (!room_.compare_exchange_weak(room, room - want, std::memory_order_acquire,
+                                        std::memory_order_acquire));
+  return true;
+}
+
+uint64_t EventQueue::claim_taken() {
+  for (;;) {
+    if (auto pos = ring_.claim()) return *pos;
+    cpu_relax();
+  }
+}
+
+void EventQueue::consume(uint64_t n) {
+  ring_.consume(n);
+  room_.fetch_add(static_cast<int64_t>(n), std::memory_order_release);
+}
+
 inline Status EventQueue::claim_for_write(uint64_t* pos) {
   if (overrun()) return Code::kOverrun;
-  auto claimed = ring_.claim();
-  if (!claimed) {
+  if (!take_room(1, 0)) {
     overrun_.store(true, std::memory_order_seq_cst);
     // Readers blocked on an empty-looking queue must learn about the overrun entry.
     gate_->notify_all();
     return Code::kOverrun;
   }
-  *pos = *claimed;
+  *pos = claim_taken();
   return OkStatus();
+}
+
+Status EventQueue::reserve(size_t n) {
+  if (overrun()) return Code::kOverrun;
+  if (n > ring_.capacity() || !take_room(n, 0)) return Code::kAgain;
+  return OkStatus();
+}
+
+void EventQueue::cancel_reservation(size_t n) {
+  room_.fetch_add(static_cast<int64_t>(n), std::memory_order_release);
 }
 
 inline void EventQueue::fill_event(uint64_t pos, uint32_t event, const void* buf, size_t len) {
@@ -96,19 +129,41 @@ Result<size_t> EventQueue::write_leaving(size_t keep_free, uint32_t event, const
                                          size_t len) {
   if (len > kEqMaxEventSize || (buf == nullptr && len > 0)) return Code::kInval;
   if (overrun()) return Code::kOverrun;
-  const std::optional<uint64_t> pos = ring_.claim(keep_free);
-  if (!pos) return Code::kAgain;
-  fill_event(*pos, event, buf, len);
+  if (!take_room(1, keep_free)) return Code::kAgain;
+  fill_event(claim_taken(), event, buf, len);
   return len;
 }
 
+Result<size_t> EventQueue::write_reserved(uint32_t event, const void* buf, size_t len) {
+  if (len > kEqMaxEventSize || (buf == nullptr && len > 0)) return Code::kInval;
+  fill_event(claim_taken(), event, buf, len);
+  return len;
+}
+
+namespace {
+
+bool valid_error(const EqError& error) {
+  return error.err > 0 && error.err_data_size <= kEqMaxErrData &&
+         (error.err_data != nullptr || error.err_data_size == 0);
+}
+
+}  // namespace
+
 Status EventQueue::write_error(const EqError& error) {
-  if (error.err <= 0 || error.err_data_size > kEqMaxErrData ||
-      (error.err_data == nullptr && error.err_data_size > 0)) {
-    return Code::kInval;
-  }
+  if (!valid_error(error)) return Code::kInval;
   uint64_t pos;
   if (Status s = claim_for_write(&pos); !s.ok()) return s;
+  fill_error_slot(pos, error);
+  return OkStatus();
+}
+
+Status EventQueue::write_error_reserved(const EqError& error) {
+  if (!valid_error(error)) return Code::kInval;
+  fill_error_slot(claim_taken(), error);
+  return OkStatus();
+}
+
+void EventQueue::fill_error_slot(uint64_t pos, const EqError& error) {
   Slot& slot = ring_.at(pos);
   const ErrorHeader h{error.fid, error.context, error.data, error.err, error.prov_errno};
   slot.event = 0;
@@ -119,7 +174,6 @@ Status EventQueue::write_error(const EqError& error) {
   }
   ring_.publish(pos, /*tag=error*/ true);
   gate_->notify_all();
-  return OkStatus();
 }
 
 // A purged slot keeps its place in the ring (slots are consumed in order) with this length.
@@ -129,7 +183,7 @@ const EventQueue::Slot* EventQueue::head_slot(bool* is_error) {
   for (;;) {
     const Slot* slot = ring_.peek(ring_.head(), is_error);
     if (slot == nullptr || slot->len != kPurged) return slot;
-    ring_.consume(1);
+    consume(1);
   }
 }
 
@@ -164,7 +218,7 @@ Result<size_t> EventQueue::read(uint32_t* event, void* buf, size_t len, uint64_t
   if (event != nullptr) *event = slot->event;
   const size_t n = slot->len;
   copy_event(buf, slot->payload, n);
-  if ((flags & FI_PEEK) == 0) ring_.consume(1);
+  if ((flags & FI_PEEK) == 0) consume(1);
   return n;
 }
 
@@ -188,7 +242,7 @@ Result<size_t> EventQueue::read_error(fi_eq_err_entry* entry, uint64_t flags) {
   if (slot != nullptr) {
     if (!is_error) return Code::kAgain;
     fill_error(*slot, entry);
-    if ((flags & FI_PEEK) == 0) ring_.consume(1);
+    if ((flags & FI_PEEK) == 0) consume(1);
     return sizeof(fi_eq_err_entry);
   }
   if (!overrun() || ring_.claimed() != 0) return Code::kAgain;

@@ -44,8 +44,12 @@
 //     every address inserted before it returns; on the EQ, one fi_eq_err_entry per failed
 //     address (fid = the AV, context, data = the address's position in the call, err), then one
 //     FI_AV_COMPLETE fi_eq_entry (fid = the AV, context, data = the number inserted), even when
-//     nothing was. A full EQ overruns (fi_eq(3)), which reports itself; the insert still
-//     returns 0.
+//     nothing was. Those events get their room in the EQ before anything is inserted: count + 1
+//     slots (the whole EQ when it is smaller). Without that room now: -FI_EAGAIN, nothing
+//     inserted and the EQ untouched (read it and insert again); an EQ already overrun:
+//     -FI_EOVERRUN. Only the error entries of a call with more addresses than the EQ holds can
+//     overrun it (fi_eq(3)), which reports itself; the insert still returns 0. Closing the AV
+//     purges its unread events from the EQ.
 //   - fi_av_insertsvc: getaddrinfo(node, service) for AF_INET, one address. node may also be an
 //     FI_ADDR_STR "fi_sockaddr_in://A.B.C.D:PORT" with service null. Both null: -FI_EINVAL.
 //   - fi_av_insertsym: nodecnt x svccnt addresses, node-major. A numeric IPv4 node is

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "core/hmac.h"
 #include "prov/av.h"
@@ -107,9 +108,15 @@ bool Domain::add_region(Region* r) {
 }
 
 void Domain::remove_region(Region* r) {
-  core::MutexLock lock(mr_mu_);
-  auto it = regions_.find(r->key);
-  if (it != regions_.end() && it->second == r) regions_.erase(it);
+  Endpoint* ep = nullptr;
+  {
+    core::MutexLock lock(mr_mu_);
+    auto it = regions_.find(r->key);
+    if (it != regions_.end() && it->second == r) regions_.erase(it);
+    // A remote access still using the record reads its bytes and counters, never its endpoint.
+    ep = std::exchange(r->ep, nullptr);
+  }
+  if (ep != nullptr) ep->release();
 }
 
 xport::RmaStatus Domain::acquire_region(uint64_t key, uint64_t addr, size_t len, uint64_t access,
@@ -119,7 +126,8 @@ xport::RmaStatus Domain::acquire_region(uint64_t key, uint64_t addr, size_t len,
   if (it == regions_.end()) return xport::RmaStatus::kBadKey;
   Region* r = it->second;
   if (!r->enabled || (mr_endpoint_ && r->ep != ep)) return xport::RmaStatus::kBadKey;
-  // addr - first is the offset; both comparisons are free of overflow.
+  // addr - first is the offset; no comparison computes addr + len, which a peer can make wrap.
+  // at = base + offset stays inside the region since no region wraps (mr.cc refuses them).
   if (addr < r->first || addr - r->first > r->len || len > r->len - (addr - r->first)) {
     return xport::RmaStatus::kOutOfBounds;
   }
@@ -129,6 +137,10 @@ xport::RmaStatus Domain::acquire_region(uint64_t key, uint64_t addr, size_t len,
   use->at = r->base + (addr - r->first);
   use->cntr = access == FI_REMOTE_READ ? r->read_cntr : r->write_cntr;
   return xport::RmaStatus::kOk;
+}
+
+void Domain::purge_eq_locked(fid_t f) {
+  if (eq_ != nullptr) eq_->queue().purge(f);
 }
 
 Eq* Domain::reg_mr_eq() {

@@ -87,7 +87,8 @@ class Domain final : public Object, public AsyncTarget {
   // another live region holds it), a fresh random one with FI_MR_PROV_KEY. False too when
   // kMrCount regions are open.
   bool add_region(Region* r) FABQ_EXCLUDES(mr_mu_);
-  // Makes `r` unreachable (its Mr closed); the caller drops the table's reference.
+  // Makes `r` unreachable (its Mr closed) and lets go of the endpoint it is bound to (which may
+  // close from then on); the caller drops the table's reference.
   void remove_region(Region* r) FABQ_EXCLUDES(mr_mu_);
   // A remote access of `len` bytes at `addr` of region `key`, needing `access` (FI_REMOTE_READ
   // or FI_REMOTE_WRITE), arriving at endpoint `ep`: kOk with *use holding the region (release
@@ -136,6 +137,8 @@ class Domain final : public Object, public AsyncTarget {
   void apply_locked(const Raised& e, std::vector<Raised>* more) FABQ_REQUIRES(mu_);
   // An event on a CQ: delivered on the domain's EQ; the CQ enters its overrun state.
   void apply_cq_locked(Cq* cq, const core::AsyncKind& kind) FABQ_REQUIRES(mu_);
+  // Removes the unread events about `f` from the domain's EQ, if one is bound.
+  void purge_eq_locked(fid_t f) FABQ_REQUIRES(mu_);
 
   FidBox<fid_domain> box_;
   Fabric* const fabric_;
@@ -167,9 +170,10 @@ class Domain final : public Object, public AsyncTarget {
 
 int open_domain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* context);
 
-// fi_close for an endpoint, CQ or SRX of a domain: -FI_EBUSY while something depends on it or
-// while events read about it are unacknowledged; otherwise its unread events leave the
-// channel and it is destroyed.
+// fi_close for an endpoint, CQ or SRX of a domain: -FI_EBUSY while something depends on it (an
+// endpoint: also while an FI_MR_ENDPOINT region is bound to it) or while events read about it
+// are unacknowledged; otherwise its unread events leave the channel and the domain's EQ, and it
+// is destroyed.
 template <class T>
 int close_target(T* o) {
   if (o == nullptr) return -FI_EINVAL;
@@ -185,6 +189,9 @@ int close_target(T* o) {
   });
   if (!s.ok()) return s.to_fi();
   d->unregister_target_locked(o);
+  // A CQ's or SRX's error events went to the domain's EQ: unread, they would name a fid that
+  // no longer exists, and that the next object may reuse (an endpoint purges its own EQ).
+  d->purge_eq_locked(o->target_fid());
   delete o;
   return 0;
 }

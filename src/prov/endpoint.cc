@@ -1381,8 +1381,13 @@ int Endpoint::join(const void* addr, uint64_t flags, fid_mc** out, void* context
     eq = eq_;
     id = next_mc_id_++;
   }
+  // The outcome's slot on the EQ first: with no room the join fails before it joins anything.
+  if (core::Status s = eq->queue().reserve(1); !s.ok()) return s.to_fi();
   Mc* mc = make_object<Mc>(this, group, id, sends, context);
-  if (mc == nullptr) return -FI_ENOMEM;
+  if (mc == nullptr) {
+    eq->queue().cancel_reservation(1);
+    return -FI_ENOMEM;
+  }
   int err = 0;
   if (AsyncTarget::take_net_fault(core::NetFault::kReject)) {
     err = FI_ECONNREFUSED;  // injected: refused as a network that forbids the group would
@@ -1404,13 +1409,13 @@ int Endpoint::join(const void* addr, uint64_t flags, fid_mc** out, void* context
   fid_t fid = &mc->handle()->fid;
   if (err == 0) {
     const fi_eq_entry entry{.fid = fid, .context = context, .data = 0};
-    (void)eq->queue().write(FI_JOIN_COMPLETE, &entry, sizeof(entry));
+    (void)eq->queue().write_reserved(FI_JOIN_COMPLETE, &entry, sizeof(entry));
   } else {
     core::EqError e{};
     e.fid = fid;
     e.context = context;
     e.err = err;
-    (void)eq->queue().write_error(e);
+    (void)eq->queue().write_error_reserved(e);
   }
   *out = mc->handle();
   return 0;

@@ -241,7 +241,9 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // later (FI_JOIN_COMPLETE or an error entry), or -FI_EINVAL (a null argument, an address that
   // is not an IPv4 multicast group with a port, a direction the endpoint lacks), -FI_EBADFLAGS
   // (flags other than 0, FI_SEND, FI_RECV), -FI_EOPNOTSUPP (no FI_MULTICAST), -FI_ENOEQ,
-  // -FI_EOPBADSTATE (not enabled, or failed), -FI_ENOMEM.
+  // -FI_EOPBADSTATE (not enabled, or failed), -FI_ENOMEM, -FI_EAGAIN (the EQ has no room for
+  // the outcome, whose slot is reserved first: nothing joined, the EQ untouched), -FI_EOVERRUN
+  // (the EQ is overrun).
   int join(const void* addr, uint64_t flags, fid_mc** mc, void* context) FABQ_EXCLUDES(mu_);
   // A membership is closing: sends to its fi_addr_t are refused from now on.
   void leave(const Mc* mc) FABQ_EXCLUDES(mu_);

@@ -1,6 +1,7 @@
 #include "prov/mc.h"
 
 #include "prov/endpoint.h"
+#include "prov/eq.h"
 #include "prov/noop.h"
 
 namespace fabq::prov {
@@ -31,6 +32,8 @@ Mc::Mc(Endpoint* ep, const sockaddr_in& group, uint64_t id, bool sends, void* co
 
 Mc::~Mc() {
   ep_->leave(this);
+  // Its unread FI_JOIN_COMPLETE (or error entry) names a fid that is about to go.
+  if (Eq* eq = ep_->eq()) eq->queue().purge(&box_.fid.fid);
   // Leaves the group (takes the engine lock): nothing of it is delivered after this.
   membership_.reset();
 }

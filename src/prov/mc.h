@@ -7,7 +7,9 @@
 // fi_eq_entry of FI_JOIN_COMPLETE (fid: the fid_mc, context: fi_join's), or an error entry
 // (the same fid and context; err FI_EADDRNOTAVAIL when no interface can join the group, and
 // FI_ECONNREFUSED or FI_ETIMEDOUT when a net=reject or net=timeout fault rule on the endpoint
-// fails it). Either way the application closes the fid_mc.
+// fails it). Either way the application closes the fid_mc, which purges that event if it is
+// still unread. The event's slot in the EQ is reserved before anything joins: an EQ with no
+// room fails fi_join with -FI_EAGAIN (an overrun one with -FI_EOVERRUN), and nothing joins.
 //
 // A member that receives (flags 0 or FI_RECV) gets what is sent to the group on the endpoint's
 // interface: each receive completion has FI_MULTICAST set (and the sender's fi_addr_t with

@@ -2,6 +2,8 @@
 
 #include <rdma/fi_eq.h>
 
+#include <cstdint>
+
 #include "prov/cntr.h"
 #include "prov/domain.h"
 #include "prov/endpoint.h"
@@ -63,6 +65,9 @@ struct MrOps {
         if (!d->mr_endpoint()) return -FI_ENOSYS;
         core::MutexLock lock(d->mr_mu());
         if (r->ep != nullptr) return -FI_EBUSY;
+        // Held until the region closes: the endpoint's fi_close is -FI_EBUSY meanwhile, so no
+        // later endpoint can take its place (and its address) while the key still names it.
+        ep->hold();
         r->ep = ep;
         return 0;
       }
@@ -117,8 +122,49 @@ Mr::Mr(Domain* domain, Region* region, void* context)
 
 Mr::~Mr() {
   domain_->remove_region(region_);
+  // Its FI_MR_COMPLETE (or error entry), if still unread, names a fid that is about to go: a
+  // region registered later may get the same address.
+  if (Eq* eq = domain_->reg_mr_eq()) eq->queue().purge(&box_.fid.fid);
   release_region(region_);
 }
+
+namespace {
+
+// The FI_REG_MR slot a registration promised itself on the domain's EQ: given back unless the
+// registration's event used it.
+class EqSlot {
+ public:
+  EqSlot() = default;
+  EqSlot(const EqSlot&) = delete;
+  EqSlot& operator=(const EqSlot&) = delete;
+  ~EqSlot() {
+    if (eq_ != nullptr) eq_->queue().cancel_reservation(1);
+  }
+  // 0, or why the EQ cannot take the event now: -FI_EAGAIN (full: the application reads it
+  // and registers again), -FI_EOVERRUN (overrun, for good).
+  int reserve(Eq* eq) {
+    const core::Status s = eq->queue().reserve(1);
+    if (!s.ok()) return s.to_fi();
+    eq_ = eq;
+    return 0;
+  }
+  Eq* eq() const { return eq_; }
+  void used() { eq_ = nullptr; }
+
+ private:
+  Eq* eq_ = nullptr;
+};
+
+// A buffer a region may cover: a length and, with one, a non-null address from which that many
+// bytes do not run past the end of the address space (a region that wraps would let a peer's
+// offset reach memory below its start).
+bool valid_region_buffer(const iovec& iov) {
+  if (iov.iov_len == 0) return true;
+  const auto base = reinterpret_cast<uintptr_t>(iov.iov_base);
+  return base != 0 && iov.iov_len <= UINTPTR_MAX - base;
+}
+
+}  // namespace
 
 int mr_regattr(fid* domain_fid, const fi_mr_attr* attr, uint64_t flags, fid_mr** out) {
   if (out != nullptr) *out = nullptr;
@@ -133,9 +179,19 @@ int mr_regattr(fid* domain_fid, const fi_mr_attr* attr, uint64_t flags, fid_mr**
     return -FI_EINVAL;
   }
   for (size_t i = 0; i < attr->iov_count; ++i) {
-    if (attr->mr_iov[i].iov_base == nullptr && attr->mr_iov[i].iov_len != 0) return -FI_EINVAL;
+    if (!valid_region_buffer(attr->mr_iov[i])) return -FI_EINVAL;
   }
+  // fi_mr(3): "The offset parameter is reserved for future use and must be 0."
+  if (attr->offset != 0) return -FI_EINVAL;
+  // FI_KEY_NOTAVAIL is what fi_mr_key says of a region with no key: no region may have it.
+  if (!domain->prov_key() && attr->requested_key == FI_KEY_NOTAVAIL) return -FI_EKEYREJECTED;
   if (domain->failed()) return -FI_EOPBADSTATE;
+  // FI_REG_MR: the registration's event gets its slot before anything is registered, so an EQ
+  // with no room fails the call and changes nothing (no fault rule counts it either).
+  EqSlot slot;
+  if (Eq* eq = domain->reg_mr_eq()) {
+    if (const int rc = slot.reserve(eq); rc != 0) return rc;
+  }
   auto* region = new (std::nothrow) Region;
   if (region == nullptr) return -FI_ENOMEM;
   region->key = attr->requested_key;
@@ -147,8 +203,7 @@ int mr_regattr(fid* domain_fid, const fi_mr_attr* attr, uint64_t flags, fid_mr**
   // A registration is one of the domain's operations: an error= rule there fails it.
   FaultAction fault = domain->count_operation();
   raise(domain, domain, fault.events);
-  Eq* eq = domain->reg_mr_eq();
-  if (fault.err != 0 && eq == nullptr) {
+  if (fault.err != 0 && slot.eq() == nullptr) {
     delete region;
     return -fault.err;
   }
@@ -165,23 +220,21 @@ int mr_regattr(fid* domain_fid, const fi_mr_attr* attr, uint64_t flags, fid_mr**
   }
   // FI_REG_MR: the registration completes on the domain's EQ (fi_domain(3)); one that failed
   // there is an error entry, and its region is never reachable (the application closes it).
-  if (eq != nullptr) {
+  // The slot was promised: neither write can fail for want of room.
+  if (Eq* eq = slot.eq()) {
     bool written = false;
     if (fault.err != 0) {
       written = eq->queue()
-                    .write_error({.fid = &mr->handle()->fid,
-                                  .context = attr->context,
-                                  .err = fault.err,
-                                  .prov_errno = fault.prov_errno})
+                    .write_error_reserved({.fid = &mr->handle()->fid,
+                                           .context = attr->context,
+                                           .err = fault.err,
+                                           .prov_errno = fault.prov_errno})
                     .ok();
     } else {
       fi_eq_entry entry{.fid = &mr->handle()->fid, .context = attr->context, .data = 0};
-      written = eq->queue().write(FI_MR_COMPLETE, &entry, sizeof(entry)).ok();
+      written = eq->queue().write_reserved(FI_MR_COMPLETE, &entry, sizeof(entry)).ok();
     }
-    if (!written) {
-      delete mr;
-      return -FI_EAGAIN;
-    }
+    if (written) slot.used();
   }
   *out = mr->handle();
   return 0;

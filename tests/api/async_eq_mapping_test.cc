@@ -120,6 +120,17 @@ TEST_F(AsyncEqMapping, ACqErrorPutsTheCqInTheOverrunState) {
   ack_all();
 }
 
+// An unread error entry of a closed CQ would name a fid that no longer exists, and that the
+// next CQ may reuse: it leaves the domain's EQ with the CQ, as an endpoint's events leave its.
+TEST_F(AsyncEqMapping, ClosingACqPurgesItsUnreadErrorFromTheDomainsEq) {
+  cq_ = open_cq({.size = 64, .format = FI_CQ_FORMAT_CONTEXT});
+  inject("event=cq_err,on=cq:0");
+  ack_all();
+  ASSERT_EQ(fi_close(&cq_->fid), 0);
+  cq_ = nullptr;
+  expect_eq_empty(domain_eq_);
+}
+
 TEST_F(AsyncEqMapping, AfterDeviceFatalTheDomainOpensNothing) {
   inject("event=device_fatal");
   fid_cq* cq = nullptr;

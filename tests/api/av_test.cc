@@ -62,9 +62,10 @@ class Av : public FabqTest {
   }
 
   // Opens an FI_EVENT AV bound to a fresh EQ (both closed by TearDown).
-  void open_event_av(fi_av_type type = FI_AV_TABLE) {
+  void open_event_av(fi_av_type type = FI_AV_TABLE, size_t eq_size = 0) {
     ASSERT_NO_FATAL_FAILURE(open(av_attr(type, FI_EVENT)));
     fi_eq_attr attr{};
+    attr.size = eq_size;
     attr.wait_obj = FI_WAIT_NONE;
     eq_ = open_eq(attr);
     ASSERT_NE(eq_, nullptr);
@@ -424,6 +425,44 @@ TEST_F(Av, EventInsertCompletesEvenWhenNothingIsInserted) {
   const fi_eq_entry e = read_complete();
   EXPECT_EQ(e.data, 0u);
   EXPECT_EQ(e.context, &ctx);
+}
+
+// fabq's contract: overrun happens only when an event truly cannot be stored. An insert can
+// still be refused: one that finds no room in the EQ for its events (count + 1) is -FI_EAGAIN,
+// inserts nothing and leaves the EQ as it was.
+TEST_F(Av, EventInsertThatFindsTheEqFullIsEagainInsertsNothingAndTheEqStaysUsable) {
+  ASSERT_NO_FATAL_FAILURE(open_event_av(FI_AV_TABLE, 4));
+  int rc = 0;
+  size_t stored = 0;
+  for (; stored < 64; ++stored) {
+    rc = fi_av_insert(av_, nullptr, 0, nullptr, 0, nullptr);
+    if (rc != 0) break;
+  }
+  ASSERT_EQ(rc, -FI_EAGAIN) << "the EQ is full";
+  (void)read_complete();
+  const sockaddr_in a = ipv4("10.0.0.1", 1);
+  fi_addr_t out = FI_ADDR_NOTAVAIL;
+  EXPECT_EQ(fi_av_insert(av_, &a, 1, &out, 0, nullptr), -FI_EAGAIN)
+      << "one free slot, and an error entry and the completion may need two";
+  EXPECT_EQ(out, FI_ADDR_NOTAVAIL);
+  (void)read_complete();
+  ASSERT_EQ(fi_av_insert(av_, &a, 1, &out, 0, nullptr), 0);
+  EXPECT_EQ(out, 0u) << "the refused insert took no index";
+  for (size_t i = 2; i < stored; ++i) EXPECT_EQ(read_complete().data, 0u);
+  EXPECT_EQ(read_complete().data, 1u);
+  expect_eq_empty();
+}
+
+// An unread FI_AV_COMPLETE of a closed AV would name a fid that no longer exists, and that the
+// next AV may reuse.
+TEST_F(Av, ClosingAnEventAvPurgesItsUnreadEvents) {
+  ASSERT_NO_FATAL_FAILURE(open_event_av());
+  sockaddr_in a[2] = {ipv4("10.0.0.1", 1), ipv4("10.0.0.2", 2)};
+  a[0].sin_family = AF_INET6;
+  ASSERT_EQ(fi_av_insert(av_, a, 2, nullptr, 0, nullptr), 0);
+  ASSERT_EQ(fi_close(&av_->fid), 0);
+  av_ = nullptr;
+  expect_eq_empty();
 }
 
 TEST_F(Av, EventInsertWithoutABoundEqIsNoEq) {

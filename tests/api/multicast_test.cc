@@ -122,6 +122,48 @@ TEST_F(Multicast, JoinArgumentsAreCheckedBeforeAnythingHappens) {
       << "a refused join reports nothing";
 }
 
+// fabq's contract: overrun happens only when an event truly cannot be stored. A join can still
+// be refused: one whose outcome finds no room in the EQ is -FI_EAGAIN and joins nothing.
+TEST_F(Multicast, AJoinThatFindsTheEqFullIsEagainJoinsNothingAndTheEqStaysUsable) {
+  ASSERT_EQ(fi_close(&eq_->fid), 0);
+  eq_ = nullptr;
+  fi_eq_attr attr{};
+  attr.size = 2;  // two slots
+  attr.flags = FI_WRITE;
+  attr.wait_obj = FI_WAIT_UNSPEC;
+  ASSERT_EQ(fi_eq_open(fabric_, &attr, &eq_, nullptr), 0);
+  DgramEp* a = open_ep();
+  fi_eq_entry entry{};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(fi_eq_write(eq_, FI_NOTIFY, &entry, sizeof(entry), 0),
+              static_cast<ssize_t>(sizeof(entry)));
+  }
+  const sockaddr_in g = group(9);
+  fid_mc* mc = nullptr;
+  EXPECT_EQ(fi_join(a->ep, &g, 0, &mc, nullptr), -FI_EAGAIN);
+  EXPECT_EQ(mc, nullptr);
+  uint32_t event = 0;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(fi_eq_read(eq_, &event, &entry, sizeof(entry), 0),
+              static_cast<ssize_t>(sizeof(entry)));
+    EXPECT_EQ(event, static_cast<uint32_t>(FI_NOTIFY));
+  }
+  EXPECT_EQ(fi_eq_read(eq_, &event, &entry, sizeof(entry), 0), -FI_EAGAIN) << "not overrun";
+  EXPECT_EQ(join(a->ep, g, 0, &mc, nullptr), 0) << "it joins once there is room";
+}
+
+// An unread FI_JOIN_COMPLETE of a closed membership would name a fid that no longer exists.
+TEST_F(Multicast, ClosingAMembershipPurgesItsUnreadJoinEvent) {
+  DgramEp* a = open_ep();
+  const sockaddr_in g = group(10);
+  fid_mc* mc = nullptr;
+  ASSERT_EQ(fi_join(a->ep, &g, 0, &mc, nullptr), 0);
+  ASSERT_EQ(fi_close(&mc->fid), 0);
+  fi_eq_entry entry{};
+  uint32_t event = 0;
+  EXPECT_EQ(fi_eq_read(eq_, &event, &entry, sizeof(entry), 0), -FI_EAGAIN);
+}
+
 TEST_F(Multicast, ClosingAnEndpointWithAnOpenMembershipIsEbusy) {
   DgramEp* a = open_ep();
   fid_mc* mc = nullptr;

@@ -46,6 +46,7 @@ class Rdm : public ::testing::Test {
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = caps_;
     hints->mode = mode_;
+    if (mr_mode_ != 0) hints->domain_attr->mr_mode = mr_mode_;
     const int rc = lf2::getinfo_as(version_, nullptr, nullptr, 0, hints, &info_);
     fi_freeinfo(hints);
     ASSERT_EQ(rc, 0) << fi_strerror(-rc);
@@ -219,6 +220,7 @@ class Rdm : public ::testing::Test {
   const uint64_t caps_;
   const uint32_t version_;
   uint64_t mode_ = 0;  // the hints' mode: what the test supports (set in its constructor)
+  int mr_mode_ = 0;    // the hints' domain_attr->mr_mode, when not 0 (set in its constructor)
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;

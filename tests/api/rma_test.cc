@@ -435,6 +435,141 @@ TEST(RmaRegistrationFault, WithFiRegMrAFailedRegistrationIsAnErrorEntryAndItsReg
   fi_freeinfo(info);
 }
 
+// --- regions addressed by virtual address (FI_MR_VIRT_ADDR): the address is the peer's choice
+
+class RmaVirtAddr : public Rdm {
+ protected:
+  RmaVirtAddr() : Rdm(kRmaCaps) { mr_mode_ = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY; }
+};
+
+TEST_F(RmaVirtAddr, AnAddressAroundTheRegionOrOneWhoseEndWrapsIsRefusedAndTouchesNothing) {
+  ASSERT_EQ(info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR, FI_MR_VIRT_ADDR);
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  std::vector<char> memory(128, '.');
+  fid_mr* mr = nullptr;
+  ASSERT_EQ(fi_mr_reg(domain_, memory.data() + 32, 64, FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 0, 0,
+                      &mr, nullptr),
+            0);
+  const uint64_t key = fi_mr_key(mr);
+  const uint64_t base = reinterpret_cast<uintptr_t>(memory.data() + 32);
+  std::vector<char> src(65, 'X');
+  for (auto [addr, len] : {std::pair<uint64_t, size_t>{base - 1, 4},
+                           {base - 32, 8},
+                           {base + 60, 5},
+                           {base + 64, 1},
+                           {0, 8},
+                           {UINT64_MAX, 2},
+                           {UINT64_MAX - 3, 8},
+                           {base, 65}}) {
+    ASSERT_EQ(fi_write(a->ep, src.data(), len, nullptr, b->addr, addr, key, nullptr), 0);
+    fi_cq_tagged_entry e{};
+    fi_cq_err_entry err{};
+    ASSERT_EQ(wait_cq(a->cq, &e, &err), -FI_EAVAIL) << std::hex << addr << "+" << len;
+    EXPECT_EQ(err.prov_errno, FI_FABQ_RMA_OUT_OF_BOUNDS) << std::hex << addr << "+" << len;
+    char dst[8];
+    if (len > sizeof(dst)) continue;
+    ASSERT_EQ(fi_read(a->ep, dst, len, nullptr, b->addr, addr, key, nullptr), 0);
+    ASSERT_EQ(wait_cq(a->cq, &e, &err), -FI_EAVAIL) << std::hex << addr << "+" << len;
+    EXPECT_EQ(err.prov_errno, FI_FABQ_RMA_OUT_OF_BOUNDS);
+  }
+  EXPECT_EQ(std::string(memory.begin(), memory.end()), std::string(128, '.'));
+  ASSERT_EQ(fi_write(a->ep, src.data(), 64, nullptr, b->addr, base, key, nullptr), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(a->cq, &e), 1);
+  EXPECT_EQ(std::string(memory.begin() + 32, memory.begin() + 96), std::string(64, 'X'));
+  EXPECT_EQ(memory[31], '.');
+  EXPECT_EQ(memory[96], '.');
+  EXPECT_EQ(fi_close(&mr->fid), 0);
+}
+
+// --- FI_MR_ENDPOINT: a region belongs to the endpoint it is bound to
+
+class RmaEndpointRegions : public Rdm {
+ protected:
+  RmaEndpointRegions() : Rdm(kRmaCaps) {
+    mr_mode_ = FI_MR_ENDPOINT | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_LOCAL | FI_MR_ALLOCATED;
+  }
+};
+
+// fi_mr(3) FI_MR_ENDPOINT: "the provider associates memory regions with endpoints". The binding
+// keeps the endpoint (fi_close is -FI_EBUSY, as a counter bound to a region cannot close, and as
+// libfabric's cxi provider and fabtests' teardown order have it): were it to close, the region's
+// key would name an endpoint that is gone, and the next endpoint opened, perhaps where the
+// allocator put the first, would hand a peer the region.
+TEST_F(RmaEndpointRegions, AnEndpointWithARegionBoundToItCannotCloseSoNoLaterEndpointReachesIt) {
+  ASSERT_EQ(info_->domain_attr->mr_mode & FI_MR_ENDPOINT, FI_MR_ENDPOINT);
+  Ep* peer = open_ep();
+  Ep* a = open_ep();
+  std::vector<char> target(64, '.');
+  fid_mr* mr = nullptr;
+  ASSERT_EQ(fi_mr_reg(domain_, target.data(), target.size(), FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0,
+                      0, &mr, nullptr),
+            0);
+  ASSERT_EQ(fi_mr_bind(mr, &a->ep->fid, 0), 0);
+  ASSERT_EQ(fi_mr_enable(mr), 0);
+  const uint64_t key = fi_mr_key(mr);
+  const uint64_t base = reinterpret_cast<uintptr_t>(target.data());
+  char via_a[] = "via-a";
+  ASSERT_EQ(fi_write(peer->ep, via_a, sizeof(via_a), nullptr, a->addr, base, key, nullptr), 0);
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(peer->cq, &e), 1);
+  ASSERT_STREQ(target.data(), "via-a") << "through its endpoint the region is there";
+
+  auto* b = new Ep;
+  eps_.push_back(b);
+  std::vector<fid_ep*> others;
+  others.reserve(32);
+  const void* a_was_at = a->ep;
+  const int closed = fi_close(&a->ep->fid);
+  EXPECT_EQ(closed, -FI_EBUSY) << "a region is bound to it";
+  if (closed == 0) a->ep = nullptr;  // its CQ closes in TearDown
+  // Another endpoint, B: the allocator may put it where A was. Endpoints are opened (and kept,
+  // so that their memory is not handed out again) until one is there, or for a while.
+  bool same_place = false;
+  for (size_t i = 0; i < 32; ++i) {
+    fid_ep* ep = nullptr;
+    ASSERT_EQ(fi_endpoint(domain_, info_, &ep, nullptr), 0);
+    same_place = static_cast<const void*>(ep) == a_was_at;
+    if (same_place || i == 31) {
+      b->ep = ep;
+      break;
+    }
+    others.push_back(ep);
+  }
+  for (fid_ep* ep : others) EXPECT_EQ(fi_close(&ep->fid), 0);
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_TAGGED;
+  ASSERT_EQ(fi_cq_open(domain_, &cq_attr, &b->cq, nullptr), 0);
+  ASSERT_EQ(fi_ep_bind(b->ep, &av_->fid, 0), 0);
+  ASSERT_EQ(fi_ep_bind(b->ep, &b->cq->fid, FI_TRANSMIT | FI_RECV), 0);
+  ASSERT_EQ(fi_enable(b->ep), 0);
+  size_t name_len = sizeof(b->name);
+  ASSERT_EQ(fi_getname(&b->ep->fid, &b->name, &name_len), 0);
+  ASSERT_EQ(fi_av_insert(av_, &b->name, 1, &b->addr, 0, nullptr), 1);
+  std::strcpy(target.data(), "untouched");
+  char via_b[] = "via-b";
+  ASSERT_EQ(fi_write(peer->ep, via_b, sizeof(via_b), nullptr, b->addr, base, key, nullptr), 0);
+  fi_cq_err_entry err{};
+  EXPECT_EQ(wait_cq(peer->cq, &e, &err), -FI_EAVAIL)
+      << "a write through another endpoint" << (same_place ? " (opened at A's address)" : "");
+  EXPECT_EQ(err.prov_errno, FI_FABQ_RMA_BAD_KEY);
+  char back[16] = {};
+  ASSERT_EQ(fi_read(peer->ep, back, 10, nullptr, b->addr, base, key, nullptr), 0);
+  err = {};
+  EXPECT_EQ(wait_cq(peer->cq, &e, &err), -FI_EAVAIL)
+      << "a read through another endpoint" << (same_place ? " (opened at A's address)" : "");
+  EXPECT_EQ(err.prov_errno, FI_FABQ_RMA_BAD_KEY);
+  EXPECT_STREQ(target.data(), "untouched");
+  EXPECT_EQ(back[0], 0) << "no byte of the region came back";
+  // Once its regions are closed, the endpoint closes.
+  ASSERT_EQ(fi_close(&mr->fid), 0);
+  if (a->ep != nullptr) {
+    EXPECT_EQ(fi_close(&a->ep->fid), 0);
+    a->ep = nullptr;
+  }
+}
+
 // --- memory registration modes
 
 // Endpoints of a domain opened with the mr_mode bits `mode` in the hints.

@@ -150,6 +150,28 @@ TEST_F(HostileRma, ForgedKeysAndRangesAreRefusedAndTheConnectionGoesOn) {
   EXPECT_STREQ(t_.region() + 8, "granted");
 }
 
+// A region whose end would wrap past the top of the address space lets an offset the peer
+// chooses land below the region's start: fi_mr_reg refuses it, so its key names nothing.
+TEST_F(HostileRma, ARegionThatWouldWrapTheAddressSpaceIsNeverRegisteredSoNoOffsetReachesBelowIt) {
+  constexpr uint64_t kWideKey = kKey + 0x100;
+  fid_mr* wide = nullptr;
+  EXPECT_EQ(fi_mr_reg(t_.domain(), t_.region(), SIZE_MAX, FI_REMOTE_READ | FI_REMOTE_WRITE, 0,
+                      kWideKey, 0, &wide, nullptr),
+            -FI_EINVAL);
+  // kGuard bytes before the region, were it registered.
+  const uint64_t below = uint64_t{0} - kGuard;
+  EXPECT_EQ(write(kWideKey, below, "below the start", 1), 1) << "kBadKey";
+  ASSERT_TRUE(raw_.send_all(
+      encode(Header{.op = kReadReq, .length = 8, .seq = 2, .tag = kWideKey, .data = below}) +
+      u64(16)));
+  Header h;
+  std::string body;
+  ASSERT_TRUE(next(&h, &body));
+  EXPECT_EQ(h.data, 1u) << "kBadKey";
+  EXPECT_EQ(body.size(), 0u) << "no byte from below the region comes back";
+  if (wide != nullptr) fi_close(&wide->fid);
+}
+
 TEST_F(HostileRma, ReadsReturnNothingButTheRegion) {
   std::memcpy(t_.region(), "secret-in-region", 16);
   struct Case {
