@@ -16,15 +16,16 @@
 // written back to attr->type. `count` is a hint: that many entries (at most 65536) are
 // reserved. FI_SYMMETRIC and ep_per_node are accepted and ignored.
 //
-// A name (FI_SHARED_AV) opens the table every process of the host that opens that name shares
-// (prov/shared_av.h), creating it if nobody holds it; with FI_READ, only an existing one
-// (else -FI_EINVAL). Its `count` entries (0: 1024; at most 65536) are all it ever holds: an
-// insert past them fails with FI_ENOSPC. An fi_addr_t names the same entry in every process,
-// and attr->map_addr is set to the table's fi_addr_t array (the given map_addr is not used):
-// map_addr[i] is i while entry i is valid, else FI_ADDR_NOTAVAIL. An insert into a read-only
-// AV inserts nothing: it finds each address among the table's valid entries (the lowest index
-// holding it; not there: FI_EADDRNOTAVAIL); fi_av_remove on it is -FI_EOPNOTSUPP. Removing an
-// entry removes it for every process.
+// A name (FI_SHARED_AV) opens the table every process of the user on the host that opens that
+// name shares (prov/shared_av.h), creating it if nobody holds it; with FI_READ, only an existing
+// one (else -FI_EINVAL). What is at the name and is not this user's private table is refused
+// (-FI_EACCES), and so is a table whose header no table could have (-FI_EINVAL). Its `count`
+// entries (0: 1024; at most 65536) are all it ever holds: an insert past them fails with FI_ENOSPC.
+// An fi_addr_t names the same entry in every process, and attr->map_addr is set to the table's
+// fi_addr_t array (the given map_addr is not used): map_addr[i] is i while entry i is valid, else
+// FI_ADDR_NOTAVAIL. An insert into a read-only AV inserts nothing: it finds each address among the
+// table's valid entries (the lowest index holding it; not there: FI_EADDRNOTAVAIL); fi_av_remove on
+// it is -FI_EOPNOTSUPP. Removing an entry removes it for every process.
 //
 // fi_av_bind(av, eq, 0): the EQ for FI_EVENT inserts. Not a fabq EQ, or one of another fabric
 // (-FI_EINVAL); flags (-FI_EBADFLAGS); an EQ already bound (-FI_EBUSY). The AV holds the EQ

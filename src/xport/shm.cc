@@ -21,6 +21,7 @@
 #include <string_view>
 #include <utility>
 
+#include "core/private_file.h"
 #include "core/spinlock.h"
 #include "core/unique_fd.h"
 
@@ -30,7 +31,7 @@ namespace {
 constexpr uint64_t kSegmentMagic = 0x31676573'71626166;  // "fabqseg1"
 constexpr size_t kControlOffset = 64;
 constexpr size_t kDataOffset = 4096;
-constexpr size_t kSegmentBytes = kDataOffset + 2 * kRingBytes;
+static_assert(kSegmentBytes == kDataOffset + 2 * kRingBytes, "the layout in shm.h");
 static_assert((kRingBytes & (kRingBytes - 1)) == 0, "ring indices wrap with a mask");
 constexpr size_t kShareOffset = kControlOffset + 2 * sizeof(RingControl);
 
@@ -46,6 +47,7 @@ struct SegmentHeader {
 };
 static_assert(offsetof(SegmentHeader, serves) == 56 && sizeof(SegmentHeader) <= kControlOffset,
               "the layout in shm.h");
+static_assert(offsetof(SegmentHeader, ring_bytes) + 8 == kSegmentHeaderCheckBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 SegmentHeader* header(void* base) {
@@ -137,6 +139,24 @@ unsigned char* data(void* base, int i) {
 }
 
 }  // namespace
+
+// --- What the accepting side checks
+
+SegmentHeaderFields read_segment_header(const unsigned char* raw) {
+  SegmentHeaderFields h;
+  std::memcpy(&h.magic, raw + offsetof(SegmentHeader, magic), 8);
+  std::memcpy(&h.nonce, raw + offsetof(SegmentHeader, nonce), 8);
+  std::memcpy(&h.ring_bytes, raw + offsetof(SegmentHeader, ring_bytes), 8);
+  return h;
+}
+
+SegmentFault check_segment(const SegmentHeaderFields& h, uint64_t nonce, uint64_t object_bytes) {
+  if (object_bytes != kSegmentBytes) return SegmentFault::kSize;
+  if (h.magic != kSegmentMagic) return SegmentFault::kMagic;
+  if (nonce == 0 || h.nonce != nonce) return SegmentFault::kNonce;
+  if (h.ring_bytes != kRingBytes) return SegmentFault::kRingBytes;
+  return SegmentFault::kNone;
+}
 
 // --- Ring
 
@@ -428,6 +448,11 @@ Segment Segment::create() {
       if (errno == EEXIST) continue;
       return s;
     }
+    // The umask may have taken the owner's write bit: the accepting side opens it to write.
+    if (fchmod(fd.get(), 0600) != 0) {
+      shm_unlink(name.c_str());
+      return s;
+    }
     // Locked before it has a size (see sweep_stale()), and until the name is gone (unlink()).
     // Without waiting: no sweep locks an empty file, so whoever holds this one is nothing of
     // fabq's, and the next name will do.
@@ -463,21 +488,24 @@ Segment Segment::open(uint64_t id, uint64_t nonce) {
   Segment s;
   if (nonce == 0) return s;
   const std::string name = name_of(id);
-  core::UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
+  // Whatever is at the name: not a link followed elsewhere, nor a FIFO that blocks the open.
+  core::UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0));
   if (!fd.valid()) return s;
   struct stat st {};
-  if (fstat(fd.get(), &st) != 0 || st.st_uid != geteuid() ||
-      static_cast<size_t>(st.st_size) != kSegmentBytes) {
+  if (fstat(fd.get(), &st) != 0 ||
+      core::private_file_fault(st.st_mode, st.st_uid, geteuid()) != core::FileFault::kNone) {
+    return s;
+  }
+  // Checked on a copy, before anything is mapped.
+  unsigned char raw[kSegmentHeaderCheckBytes];
+  if (pread(fd.get(), raw, sizeof(raw), 0) != static_cast<ssize_t>(sizeof(raw)) ||
+      check_segment(read_segment_header(raw), nonce, static_cast<uint64_t>(st.st_size)) !=
+          SegmentFault::kNone) {
     return s;
   }
   void* base =
       mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
   if (base == MAP_FAILED) return s;
-  const auto* h = static_cast<const SegmentHeader*>(base);
-  if (h->magic != kSegmentMagic || h->nonce != nonce || h->ring_bytes != kRingBytes) {
-    munmap(base, kSegmentBytes);
-    return s;
-  }
   // Mapped and proven to be the offer's: the name is no longer needed by anybody.
   shm_unlink(name.c_str());
   s.cell_ = take_reach_cell();

@@ -66,8 +66,15 @@
 // checked on every load (a tail more than a ring ahead of the head, or a head past the tail,
 // is Status::kCorrupt and the connection fails with EP_REQ_ERR), and frame bytes are copied
 // out by the framer before they are decoded. The segment is created 0600 by the connecting
-// side; the accepting side maps it only if its owner is the same user, and both unlink its
-// name as soon as they can (the accepting side right after mapping it).
+// side (whatever the umask); the accepting side opens the name without following a link or
+// blocking on a FIFO, and maps it only if it is a regular file of the same user that no other
+// user may read or write (core/private_file.h), exactly kSegmentBytes long, whose header
+// (check_segment(), on a copy read before mapping) has the magic, the offer's nonce and
+// kRingBytes; both unlink its name as soon as they can (the accepting side right after mapping
+// it). Nothing either side reads from the header afterwards is trusted for more than it says
+// (the pid and address a proof checks, the share slot's fields an initiator checks against its
+// own request, copy advice that only picks between two ways that both work); the ring size is
+// the constant, never the header's.
 //
 // Direct copies. Above a size, an RMA write or read need not cross the ring: the target copies
 // straight between the initiator's buffers and its region (process_vm_readv(2) and
@@ -140,6 +147,8 @@ namespace fabq::xport::shm {
 
 // Bytes of each ring; a power of two.
 inline constexpr size_t kRingBytes = 256 * 1024;
+// Bytes of a segment: its header and control blocks, then the two rings.
+inline constexpr size_t kSegmentBytes = 4096 + 2 * kRingBytes;
 // A producer publishes its tail at least every this many bytes of one write(), not only at its
 // end: the consumer copies a large frame out while the rest is still being copied in.
 inline constexpr size_t kPublishEvery = 8 * 1024;
@@ -302,6 +311,27 @@ class Ring {
   uint64_t head_seen_ = 0;
 };
 
+// The fields of a segment's header that the accepting side checks before it maps the segment,
+// as read from its first kSegmentHeaderCheckBytes bytes.
+inline constexpr size_t kSegmentHeaderCheckBytes = 24;
+struct SegmentHeaderFields {
+  uint64_t magic = 0;
+  uint64_t nonce = 0;
+  uint64_t ring_bytes = 0;
+};
+SegmentHeaderFields read_segment_header(const unsigned char* raw);
+
+enum class SegmentFault : uint8_t {
+  kNone,
+  kSize,       // the object is not kSegmentBytes long
+  kMagic,      // not a fabq segment, or of another layout
+  kNonce,      // not the offer's (or 0, which no offer carries)
+  kRingBytes,  // rings of another size than kRingBytes
+};
+// What keeps the accepting side from mapping an object of `object_bytes` with header `h` for an
+// offer of `nonce`; kNone if nothing does. Pure (no I/O), any thread.
+SegmentFault check_segment(const SegmentHeaderFields& h, uint64_t nonce, uint64_t object_bytes);
+
 // A mapped segment. Move-only; unmaps (and, if this side still holds the name, unlinks it and
 // lets go of its lock) when destroyed.
 class Segment {
@@ -332,8 +362,9 @@ class Segment {
   // shared-memory names live; a test passes a directory of its own, which no other process's
   // sweep reaches.
   static size_t sweep_stale(const char* dir = "/dev/shm");
-  // The accepting side: maps the segment the offer names and checks its size, owner and
-  // nonce, then unlinks the name. An invalid Segment if any of that fails.
+  // The accepting side: maps the segment the offer names if it is this user's private regular
+  // file and check_segment() finds nothing wrong, then unlinks the name. An invalid Segment if
+  // any of that fails.
   static Segment open(uint64_t id, uint64_t nonce);
 
   bool valid() const { return base_ != nullptr; }

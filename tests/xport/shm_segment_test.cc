@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <utility>
@@ -194,6 +195,70 @@ TEST(ShmSegment, OpenRefusesAnObjectOfTheRightSizeWithoutTheSegmentHeader) {
   ASSERT_TRUE(obj.ok());
   EXPECT_FALSE(Segment::open(id, 1).valid());
   EXPECT_TRUE(name_exists(id));
+}
+
+// The accepting side's check of an offered segment, before it maps it: the object's size, then
+// the header's magic, the offer's nonce (never 0) and the rings' size, each as it was read.
+TEST(ShmSegment, CheckSegmentNamesWhatKeepsAnObjectFromBeingMapped) {
+  const SegmentHeaderFields good{.magic = 0x3167657371626166, .nonce = 7, .ring_bytes = kRingBytes};
+  EXPECT_EQ(check_segment(good, 7, kSegmentBytes), SegmentFault::kNone);
+  EXPECT_EQ(check_segment(good, 7, kSegmentBytes - 1), SegmentFault::kSize);
+  EXPECT_EQ(check_segment(good, 7, kSegmentBytes + 4096), SegmentFault::kSize);
+  SegmentHeaderFields h = good;
+  h.magic ^= 1;
+  EXPECT_EQ(check_segment(h, 7, kSegmentBytes), SegmentFault::kMagic);
+  EXPECT_EQ(check_segment(good, 8, kSegmentBytes), SegmentFault::kNonce);
+  h = good;
+  h.nonce = 0;
+  EXPECT_EQ(check_segment(h, 0, kSegmentBytes), SegmentFault::kNonce) << "no offer carries 0";
+  h = good;
+  h.ring_bytes = 2 * kRingBytes;
+  EXPECT_EQ(check_segment(h, 7, kSegmentBytes), SegmentFault::kRingBytes);
+  unsigned char raw[kSegmentHeaderCheckBytes];
+  const uint64_t words[3] = {good.magic, good.nonce, good.ring_bytes};
+  std::memcpy(raw, words, sizeof(raw));
+  const SegmentHeaderFields read = read_segment_header(raw);
+  EXPECT_EQ(read.magic, good.magic);
+  EXPECT_EQ(read.nonce, good.nonce);
+  EXPECT_EQ(read.ring_bytes, good.ring_bytes);
+}
+
+// A segment is its user's alone (0600), whatever the umask: one that took the owner's write bit
+// would keep the accepting side from opening it to write, and the connection from shared memory.
+TEST(ShmSegment, CreateMakesTheSegmentItsUsersAloneWhateverTheUmask) {
+  for (const mode_t mask : {0000, 0022, 0277}) {
+    const mode_t was = umask(mask);
+    const Segment s = Segment::create();
+    umask(was);
+    ASSERT_TRUE(s.valid()) << std::oct << mask;
+    struct stat st {};
+    ASSERT_EQ(::stat(shm_path(s.id()).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << "umask " << std::oct << mask;
+  }
+}
+
+// Other users may not read or write what the rings carry: a segment they could is refused, even
+// with the right size, header and nonce.
+TEST(ShmSegment, OpenRefusesASegmentOtherUsersMayReadOrWrite) {
+  for (const mode_t mode : {0666, 0640, 0602}) {
+    const Segment creator = Segment::create();
+    ASSERT_TRUE(creator.valid());
+    ASSERT_EQ(chmod(shm_path(creator.id()).c_str(), mode), 0);
+    EXPECT_FALSE(Segment::open(creator.id(), creator.nonce()).valid()) << std::oct << mode;
+    ASSERT_EQ(chmod(shm_path(creator.id()).c_str(), 0600), 0);
+    EXPECT_TRUE(Segment::open(creator.id(), creator.nonce()).valid()) << "its user's alone again";
+  }
+}
+
+// A link at an offered name is not followed, even to a real segment with that nonce.
+TEST(ShmSegment, OpenRefusesALinkToASegment) {
+  const Segment creator = Segment::create();
+  ASSERT_TRUE(creator.valid());
+  const uint64_t id = unused_id(0xfffffff3u);
+  ASSERT_EQ(symlink(shm_path(creator.id()).c_str(), shm_path(id).c_str()), 0);
+  EXPECT_FALSE(Segment::open(id, creator.nonce()).valid());
+  unlink(shm_path(id).c_str());
+  EXPECT_TRUE(name_exists(creator.id()));
 }
 
 TEST(ShmSegment, OpenRemovesTheNameSoASecondOpenFails) {
