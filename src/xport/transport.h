@@ -473,6 +473,8 @@ class Connection {
 // The most payload one datagram carries (ep_attr->max_msg_size of FI_EP_DGRAM): the largest
 // UDP payload over IPv4, 65507 bytes, less fabq's 24-byte header (xport/dgram_wire.h).
 inline constexpr size_t kMaxDgramPayload = 65483;
+// ... and with a shared secret, whose authentication takes 40 bytes more of each datagram.
+inline constexpr size_t kMaxAuthDgramPayload = 65443;
 
 // One message for Datagram::send(). The iov array and its buffers are read during the call only.
 struct DgramSend {
