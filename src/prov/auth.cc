@@ -7,6 +7,14 @@
 
 namespace fabq::prov {
 
+bool has_auth_key(const fi_info& info) {
+  return (info.ep_attr != nullptr && info.ep_attr->auth_key != nullptr &&
+          info.ep_attr->auth_key_size > 0) ||
+         (info.domain_attr != nullptr && info.domain_attr->auth_key != nullptr &&
+          info.domain_attr->auth_key_size > 0) ||
+         !params().auth_key.empty();
+}
+
 std::optional<core::HmacSha256> auth_key_of(const fi_info& info) {
   if (info.ep_attr != nullptr && info.ep_attr->auth_key != nullptr &&
       info.ep_attr->auth_key_size > 0) {

@@ -37,11 +37,14 @@ bool is_dgram(const fi_info& info) {
   return info.ep_attr != nullptr && info.ep_attr->type == FI_EP_DGRAM;
 }
 
-// ep_attr->max_msg_size, at most a datagram's payload on DGRAM; 1 GiB when not given.
+// ep_attr->max_msg_size, at most a datagram's payload on DGRAM (less its authentication with
+// a secret); 1 GiB when not given.
 size_t max_msg_of(const fi_info& info) {
   const size_t asked =
       info.ep_attr && info.ep_attr->max_msg_size ? info.ep_attr->max_msg_size : (size_t{1} << 30);
-  return is_dgram(info) ? std::min(asked, xport::kMaxDgramPayload) : asked;
+  if (!is_dgram(info)) return asked;
+  return std::min(asked,
+                  has_auth_key(info) ? xport::kMaxAuthDgramPayload : xport::kMaxDgramPayload);
 }
 
 size_t scatter(const iovec* iov, size_t count, const unsigned char* src, size_t len) {
@@ -292,7 +295,7 @@ int Endpoint::enable() {
     // Made, and on failure destroyed, without mu_ (the engine lock comes first).
     int err = 0;
     std::unique_ptr<xport::Datagram> sock =
-        domain_->fabric()->transport()->open_datagram(this, at, &err);
+        domain_->fabric()->transport()->open_datagram(this, at, auth_key(), &err);
     if (sock == nullptr) return err != 0 ? err : -FI_EIO;
     core::MutexLock lock(mu_);
     if (enabled_) return 0;  // another thread's fi_enable won
