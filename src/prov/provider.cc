@@ -127,7 +127,7 @@ extern "C" FI_EXT_INI {
   define_and_read("dgram_senders", &g_params.dgram_senders,
                   "With a shared secret: the senders (each sending endpoint, once for the "
                   "endpoint and once per group it sends to) a datagram endpoint remembers at "
-                  "once, so as to take each datagram once; about 100 bytes each, allocated at "
+                  "once, so as to take each datagram once; under 140 bytes each, allocated at "
                   "fi_enable; at most 65536. When one more sends, the one heard from least "
                   "recently is forgotten, and a sender not remembered is heard only in "
                   "datagrams sent later than the last one taken from any sender forgotten");

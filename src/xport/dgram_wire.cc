@@ -130,7 +130,10 @@ struct ReplayGuard::Sender {
   uint64_t epoch = 0;
   uint64_t top = 0;      // the highest sequence number taken
   uint64_t time_us = 0;  // the latest time taken
-  uint64_t heard = 0;    // tick_ when it was last taken from
+  // The floor when it was taken in: what it sent before it was last forgotten (if it was) is
+  // no later than that, and no window of this one knows it.
+  uint64_t since = 0;
+  uint64_t heard = 0;  // tick_ when it was last taken from
   // Bit d (word d / 64, bit d % 64): number top - d was taken.
   uint64_t seen[kWindow / 64] = {};
 };
@@ -169,7 +172,9 @@ ReplayGuard::ReplayGuard(size_t capacity)
     : capacity_(std::clamp<size_t>(capacity, 1, kMaxCapacity)),
       senders_(new Sender[capacity_]),
       mask_(index_size(capacity_) - 1),
-      index_(new uint32_t[mask_ + 1]()) {}
+      index_(new uint32_t[mask_ + 1]()) {
+  static_assert(sizeof(Sender) == 120, "dgram_wire.h says what a sender costs");
+}
 
 ReplayGuard::~ReplayGuard() = default;
 
@@ -209,22 +214,20 @@ void ReplayGuard::unindex(size_t pos) {
   index_[hole] = kEmpty;
 }
 
-namespace {
+namespace {}  // namespace
 
-Replay judge(const uint64_t* seen, uint64_t top, uint64_t seq) {
-  if (seq > top) return Replay::kFresh;
-  const uint64_t d = top - seq;
-  if (d >= ReplayGuard::kWindow) return Replay::kTooOld;
-  return (seen[d / 64] >> (d % 64)) & 1 ? Replay::kSeen : Replay::kFresh;
+Replay ReplayGuard::judge(const Sender& s, uint64_t seq, uint64_t time_us) {
+  if (time_us <= s.since) return Replay::kStale;
+  if (seq > s.top) return Replay::kFresh;
+  const uint64_t d = s.top - seq;
+  if (d >= kWindow) return Replay::kTooOld;
+  return (s.seen[d / 64] >> (d % 64)) & 1 ? Replay::kSeen : Replay::kFresh;
 }
-
-}  // namespace
 
 Replay ReplayGuard::check(const Ends& ends, uint64_t epoch, uint64_t seq, uint64_t time_us) const {
   const uint32_t v = index_[find(ends, epoch)];
   if (v != kEmpty) {
-    const Sender& s = senders_[v - 1];
-    return judge(s.seen, s.top, seq);
+    return judge(senders_[v - 1], seq, time_us);
   }
   return time_us > floor_ ? Replay::kFresh : Replay::kStale;
 }
@@ -233,7 +236,7 @@ Replay ReplayGuard::accept(const Ends& ends, uint64_t epoch, uint64_t seq, uint6
   size_t pos = find(ends, epoch);
   if (index_[pos] != kEmpty) {
     Sender& s = senders_[index_[pos] - 1];
-    const Replay r = judge(s.seen, s.top, seq);
+    const Replay r = judge(s, seq, time_us);
     if (r != Replay::kFresh) return r;
     if (seq > s.top) {
       slide(s.seen, seq - s.top);
@@ -265,7 +268,12 @@ Replay ReplayGuard::accept(const Ends& ends, uint64_t epoch, uint64_t seq, uint6
     pos = find(ends, epoch);  // the deletion may have moved the slot it would take
   }
   Sender& s = senders_[slot];
-  s = Sender{.ends = ends, .epoch = epoch, .top = seq, .time_us = time_us, .heard = ++tick_};
+  s = Sender{.ends = ends,
+             .epoch = epoch,
+             .top = seq,
+             .time_us = time_us,
+             .since = floor_,
+             .heard = ++tick_};
   s.seen[0] = 1;
   index_[pos] = static_cast<uint32_t>(slot + 1);
   return Replay::kFresh;

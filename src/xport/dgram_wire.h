@@ -148,7 +148,7 @@ enum class Replay : uint8_t {
   kFresh = 0,  // never seen: take it
   kSeen,       // this sender's datagram of that number came already
   kTooOld,     // behind this sender's window: whether it came cannot be told any more
-  kStale,      // a sender not tracked, whose time is not after the floor (see below)
+  kStale,      // no later than the floor (see below): a forgotten sender's past
 };
 
 // The replay guard of one datagram endpoint (its socket and its group memberships): at most
@@ -163,13 +163,15 @@ enum class Replay : uint8_t {
 //
 // Full: a new sender takes the place of the one heard from least recently, whose latest time
 // raises the floor; a sender not tracked is taken only with a time after the floor, so that
-// nothing of a forgotten sender's past (its time no later than the floor) is taken again. A
-// sender still tracked is judged by its window alone, however full the table. What it costs: one
-// sender evicted for another, and a sender whose clock is behind a forgotten one's (or a
-// datagram delayed past an eviction) refused until its time passes the floor.
+// nothing of a forgotten sender's past (its time no later than the floor) is taken again, and
+// once taken in, nothing no later than the floor it was taken over (its past, if it was
+// forgotten before). A sender still tracked is otherwise judged by its window alone, however
+// full the table. What it costs: one sender evicted for another, and a sender whose clock is
+// behind a forgotten one's (or a datagram delayed past an eviction) refused until its time
+// passes the floor.
 //
-// Memory: everything is allocated by the constructor (about 100 bytes per sender); nothing
-// afterwards. Thread safety: one thread at a time.
+// Memory: everything is allocated by the constructor (120 bytes per sender, and 8 to 16 of
+// index); nothing afterwards. Thread safety: one thread at a time.
 class ReplayGuard {
  public:
   static constexpr size_t kWindow = 512;  // sequence numbers a window remembers
@@ -198,6 +200,7 @@ class ReplayGuard {
   struct Sender;
   static constexpr uint32_t kEmpty = 0;  // an index slot that names no sender
 
+  static Replay judge(const Sender& s, uint64_t seq, uint64_t time_us);
   size_t home(const Ends& ends, uint64_t epoch) const;
   // The position in index_ of the sender, or of the empty slot where it would go.
   size_t find(const Ends& ends, uint64_t epoch) const;

@@ -291,6 +291,19 @@ TEST(ReplayGuard, AFullTableForgetsTheSenderHeardLeastRecentlyAndNeverTakesItsPa
   EXPECT_EQ(g.accept(kEnds, 1, 12, 160), Replay::kStale) << "epoch 1 forgotten at time 150";
 }
 
+// A sender forgotten and heard again starts a new window: its past, behind the floor of the
+// moment it came back, is refused however the new window would judge its numbers.
+TEST(ReplayGuard, ASenderHeardAgainAfterBeingForgottenNeverHasItsPastTakenAgain) {
+  ReplayGuard g(1);
+  ASSERT_EQ(g.accept(kEnds, 1, 5, 100), Replay::kFresh);
+  ASSERT_EQ(g.accept(kEnds, 2, 1, 200), Replay::kFresh);  // epoch 1 forgotten: floor 100
+  ASSERT_EQ(g.accept(kEnds, 1, 7, 300), Replay::kFresh);  // back, in epoch 2's place
+  EXPECT_EQ(g.check(kEnds, 1, 5, 100), Replay::kStale);
+  EXPECT_EQ(g.accept(kEnds, 1, 5, 100), Replay::kStale) << "number 5 of before, replayed";
+  EXPECT_EQ(g.accept(kEnds, 1, 6, 250), Replay::kFresh) << "one sent since, overtaken";
+  EXPECT_EQ(g.accept(kEnds, 1, 7, 300), Replay::kSeen);
+}
+
 TEST(ReplayGuard, ANewcomerNoLaterThanTheSenderItWouldEvictIsRefusedAndEvictsNobody) {
   ReplayGuard g(2);
   ASSERT_EQ(g.accept(kEnds, 1, 1, 1000), Replay::kFresh);
