@@ -38,13 +38,13 @@ bool is_dgram(const fi_info& info) {
 }
 
 // ep_attr->max_msg_size, at most a datagram's payload on DGRAM (less its authentication with
-// a secret); 1 GiB when not given.
-size_t max_msg_of(const fi_info& info) {
+// a secret, the info's or `domain`'s); 1 GiB when not given.
+size_t max_msg_of(const fi_info& info, const Domain* domain) {
   const size_t asked =
       info.ep_attr && info.ep_attr->max_msg_size ? info.ep_attr->max_msg_size : (size_t{1} << 30);
   if (!is_dgram(info)) return asked;
-  return std::min(asked,
-                  has_auth_key(info) ? xport::kMaxAuthDgramPayload : xport::kMaxDgramPayload);
+  return std::min(asked, has_auth_key(info, domain->auth_key()) ? xport::kMaxAuthDgramPayload
+                                                                : xport::kMaxDgramPayload);
 }
 
 size_t scatter(const iovec* iov, size_t count, const unsigned char* src, size_t len) {
@@ -139,7 +139,7 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context, EpContext
       iov_limit_(info.rx_attr && info.rx_attr->iov_limit
                      ? std::min(info.rx_attr->iov_limit, kMaxIov)
                      : kMaxIov),
-      max_msg_size_(max_msg_of(info)),
+      max_msg_size_(max_msg_of(info, domain)),
       prefix_((info.mode & FI_MSG_PREFIX) != 0 && info.ep_attr != nullptr
                   ? info.ep_attr->msg_prefix_size
                   : 0),
@@ -153,7 +153,7 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context, EpContext
       directed_(rdm_ ? DirectedRecv::of(info.caps, domain->fabric()->api()) : DirectedRecv{}),
       caps_(info.caps),
       ctx_(ctx),
-      auth_(auth_key_of(info)),
+      auth_(auth_key_of(info, domain->auth_key())),
       queue_(rx_size_, params().unexpected_bytes, 4 * rx_size_),
       tx_ring_(tx_size_) {
   init_box(context);

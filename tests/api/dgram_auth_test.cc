@@ -285,6 +285,35 @@ TEST_F(DgramAuth, MaxMsgSizeLeavesRoomForTheAuthenticationAndIsTheTruth) {
   }
 }
 
+// fi_domain(3): a domain's auth_key is "the default authorization key to associate with
+// endpoint[s] ... created within the domain": an endpoint whose own info has none takes it.
+TEST_F(DgramAuth, AnEndpointOfADomainOpenedWithTheSecretHasItThoughItsInfoHasNone) {
+  fid_domain* keyed = nullptr;
+  ASSERT_EQ(fi_domain(fabric_, info_, &keyed, nullptr), 0) << "info_ carries the secret";
+  fi_av_attr av_attr{};
+  av_attr.type = FI_AV_TABLE;
+  fid_av* av = nullptr;
+  ASSERT_EQ(fi_av_open(keyed, &av_attr, &av, nullptr), 0);
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_DATA;
+  fid_cq* cq = nullptr;
+  ASSERT_EQ(fi_cq_open(keyed, &cq_attr, &cq, nullptr), 0);
+  fi_info* info = fi_dupinfo(info_);
+  set_key(&info->domain_attr->auth_key, &info->domain_attr->auth_key_size, nullptr);
+  set_key(&info->ep_attr->auth_key, &info->ep_attr->auth_key_size, nullptr);
+  fid_ep* ep = nullptr;
+  ASSERT_EQ(fi_endpoint(keyed, info, &ep, nullptr), 0);
+  fi_freeinfo(info);
+  ASSERT_EQ(fi_ep_bind(ep, &av->fid, 0), 0);
+  ASSERT_EQ(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+  ASSERT_EQ(fi_enable(ep), 0);
+  Stranger s;
+  const std::vector<unsigned char> d = captured(ep, av, s, "default");
+  EXPECT_EQ(d.size(), 24u + 40u + 8u) << "sent without the domain's secret";
+  EXPECT_EQ(d.size() > 3 ? d[3] & 2 : 0, 2) << "flags";
+  for (fid* f : {&ep->fid, &cq->fid, &av->fid, &keyed->fid}) EXPECT_EQ(fi_close(f), 0);
+}
+
 // The MAC covers the addresses: an endpoint with a secret sends and receives on an address of
 // its own, not on INADDR_ANY, whose datagrams would leave from an address it cannot know.
 TEST_F(DgramAuth, AnEndpointWithTheSecretNeedsAnAddressOfItsOwn) {
