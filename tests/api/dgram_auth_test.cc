@@ -314,6 +314,30 @@ TEST_F(DgramAuth, AnEndpointOfADomainOpenedWithTheSecretHasItThoughItsInfoHasNon
   for (fid* f : {&ep->fid, &cq->fid, &av->fid, &keyed->fid}) EXPECT_EQ(fi_close(f), 0);
 }
 
+class DgramAuthPrefix : public Dgram {
+ protected:
+  DgramAuthPrefix() : Dgram(FI_MSG | FI_SOURCE, FI_MSG_PREFIX, kSecret) {}
+};
+
+// FI_MSG_PREFIX: the prefix is not sent and does not count toward max_msg_size, which is the
+// secret's.
+TEST_F(DgramAuthPrefix, ThePrefixComesOnTopOfMaxMsgSizeWhichLeavesRoomForTheAuthentication) {
+  ASSERT_NE(info_->mode & FI_MSG_PREFIX, 0u);
+  const size_t prefix = info_->ep_attr->msg_prefix_size;
+  EXPECT_EQ(info_->ep_attr->max_msg_size, kMaxAuthPayload);
+  DgramEp* a = open_ep();
+  DgramEp* b = open_ep();
+  std::vector<char> tx(prefix + kMaxAuthPayload + 1, 'p');
+  std::vector<char> rx(prefix + kMaxAuthPayload + 1);
+  ASSERT_EQ(post_recv(b, rx.data(), rx.size(), nullptr), 0);
+  EXPECT_EQ(fi_send(a->ep, tx.data(), prefix + kMaxAuthPayload + 1, nullptr, b->addr, nullptr),
+            -FI_EMSGSIZE);
+  ASSERT_EQ(fi_send(a->ep, tx.data(), prefix + kMaxAuthPayload, nullptr, b->addr, nullptr), 0);
+  fi_cq_data_entry e{};
+  ASSERT_EQ(wait_cq(b->cq, &e), 1);
+  EXPECT_EQ(e.len, prefix + kMaxAuthPayload);
+}
+
 // The MAC covers the addresses: an endpoint with a secret sends and receives on an address of
 // its own, not on INADDR_ANY, whose datagrams would leave from an address it cannot know.
 TEST_F(DgramAuth, AnEndpointWithTheSecretNeedsAnAddressOfItsOwn) {
