@@ -1,7 +1,6 @@
-// libFuzzer target for the wire parsers: a peer's byte stream, cut into reads of any size, fed
-// to a Framer the way the TCP transport feeds it; and the same bytes as one datagram of a
-// datagram endpoint (xport/dgram_wire.h, invariants at dgram::run below). Any broken invariant
-// traps.
+// libFuzzer target for the wire parser of connections: a peer's byte stream, cut into reads of
+// any size, fed to a Framer the way the TCP transport feeds it. Any broken invariant traps.
+// (Datagrams have their own target: dgram_fuzz.)
 //
 // Input layout:
 //   byte 0        the receiver's max_payload, an index into kMaxPayloads
@@ -34,8 +33,6 @@
 //     exists and a zero reserved byte, and then re-encodes to the same bytes; put_u64() and
 //     get_u64() are inverses.
 #include "xport/wire.h"
-
-#include "xport/dgram_wire.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -367,32 +364,7 @@ void run(const uint8_t* data, size_t size) {
 }  // namespace
 }  // namespace fabq::xport::wire
 
-namespace fabq::xport::dgram {
-namespace {
-
-// The whole input as one datagram: decode() takes it only with a length that is the rest of the
-// datagram, flags it knows, and then re-encodes its header to the same bytes (so the check and
-// the zero bytes were right); a refusal leaves its output alone.
-void run(const uint8_t* data, size_t size) {
-  const Header untouched{.flags = 0xff, .length = 0xdeadbeef, .data = 42};
-  Header out = untouched;
-  if (decode(data, size, &out) != Refusal::kNone) {
-    wire::check(out.flags == untouched.flags && out.length == untouched.length &&
-                out.data == untouched.data);
-    return;
-  }
-  wire::check(size >= kHeaderSize && out.length == size - kHeaderSize);
-  wire::check((out.flags & ~kDgramData) == 0 && (out.flags != 0 || out.data == 0));
-  unsigned char again[kHeaderSize];
-  encode(out, again);
-  wire::check(std::memcmp(again, data, kHeaderSize) == 0);
-}
-
-}  // namespace
-}  // namespace fabq::xport::dgram
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fabq::xport::wire::run(data, size);
-  fabq::xport::dgram::run(data, size);
   return 0;
 }

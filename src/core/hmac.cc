@@ -212,8 +212,12 @@ Digest HmacSha256::mac(const void* key, size_t key_len, const void* data, size_t
 // --- mac_equal, fill_random ---------------------------------------------------------------------
 
 bool mac_equal(const uint8_t* a, const uint8_t* b) {
+  return mac_equal(a, b, kSha256DigestSize);
+}
+
+bool mac_equal(const uint8_t* a, const uint8_t* b, size_t len) {
   uint8_t diff = 0;
-  for (size_t i = 0; i < kSha256DigestSize; ++i) {
+  for (size_t i = 0; i < std::min(len, kSha256DigestSize); ++i) {
     diff |= static_cast<uint8_t>(a[i] ^ b[i]);
     // An empty barrier: the compiler can no longer know `diff`, so it cannot stop the loop
     // early once a difference is seen.

@@ -101,6 +101,9 @@ class HmacSha256 {
 [[nodiscard]] inline bool mac_equal(const Digest& a, const Digest& b) {
   return mac_equal(a.data(), b.data());
 }
+// The same for the first `len` bytes (at most kSha256DigestSize): a MAC truncated to its leftmost
+// bytes, as RFC 2104 section 5 allows (RFC 4868 sends HMAC-SHA256 truncated to 128 bits).
+[[nodiscard]] bool mac_equal(const uint8_t* a, const uint8_t* b, size_t len);
 
 // Fills `len` bytes at `buf` with random bytes from the kernel's generator (getrandom(2), the
 // same source as /dev/urandom; fit for nonces and keys). Retries when interrupted by a signal

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/hmac.h"
+#include "prov/auth.h"
 #include "prov/av.h"
 #include "prov/cntr.h"
 #include "prov/cq.h"
@@ -159,6 +160,7 @@ Domain::Domain(Fabric* fabric, const fi_info& info, std::unique_ptr<core::AsyncC
       fabric_(fabric),
       name_(info.domain_attr->name),
       av_type_(raw_enum(info.domain_attr->av_type)),
+      auth_(domain_auth_key_of(info)),
       channel_(std::move(channel)) {
   init_fid(&box_.fid.fid, FI_CLASS_DOMAIN, context, &DomainOps::fi_ops_);
   box_.fid.ops = &DomainOps::domain_ops_;

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "core/async_channel.h"
 #include "core/async_event.h"
 #include "core/fault_spec.h"
+#include "core/hmac.h"
 #include "core/mutex.h"
 #include "prov/events.h"
 #include "prov/mr.h"
@@ -56,6 +58,9 @@ class Domain final : public Object, public AsyncTarget {
   // domain_attr->av_type of the fi_info it was opened with: the only AV type it opens, unless
   // FI_AV_UNSPEC (prov/av.h).
   int av_type() const { return av_type_; }
+  // The default secret of its endpoints (prov/auth.h): the auth_key of the fi_info's
+  // domain_attr it was opened with; null when none. Fixed at open.
+  const core::HmacSha256* auth_key() const { return auth_ ? &*auth_ : nullptr; }
 
   // DEVICE_FATAL: the domain opens nothing more.
   void fail() { failed_.store(true, std::memory_order_release); }
@@ -144,6 +149,7 @@ class Domain final : public Object, public AsyncTarget {
   Fabric* const fabric_;
   std::string name_;
   const int av_type_;
+  const std::optional<core::HmacSha256> auth_;
   std::unique_ptr<core::AsyncChannel> channel_;
   std::atomic<size_t> cqs_{0};
   std::atomic<size_t> cntrs_{0};

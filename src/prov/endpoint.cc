@@ -37,11 +37,14 @@ bool is_dgram(const fi_info& info) {
   return info.ep_attr != nullptr && info.ep_attr->type == FI_EP_DGRAM;
 }
 
-// ep_attr->max_msg_size, at most a datagram's payload on DGRAM; 1 GiB when not given.
-size_t max_msg_of(const fi_info& info) {
+// ep_attr->max_msg_size, at most a datagram's payload on DGRAM (less its authentication with
+// a secret, the info's or `domain`'s); 1 GiB when not given.
+size_t max_msg_of(const fi_info& info, const Domain* domain) {
   const size_t asked =
       info.ep_attr && info.ep_attr->max_msg_size ? info.ep_attr->max_msg_size : (size_t{1} << 30);
-  return is_dgram(info) ? std::min(asked, xport::kMaxDgramPayload) : asked;
+  if (!is_dgram(info)) return asked;
+  return std::min(asked, has_auth_key(info, domain->auth_key()) ? xport::kMaxAuthDgramPayload
+                                                                : xport::kMaxDgramPayload);
 }
 
 size_t scatter(const iovec* iov, size_t count, const unsigned char* src, size_t len) {
@@ -145,7 +148,7 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context, EpContext
       iov_limit_(info.rx_attr && info.rx_attr->iov_limit
                      ? std::min(info.rx_attr->iov_limit, kMaxIov)
                      : kMaxIov),
-      max_msg_size_(max_msg_of(info)),
+      max_msg_size_(max_msg_of(info, domain)),
       prefix_((info.mode & FI_MSG_PREFIX) != 0 && info.ep_attr != nullptr
                   ? info.ep_attr->msg_prefix_size
                   : 0),
@@ -159,7 +162,7 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context, EpContext
       directed_(rdm_ ? DirectedRecv::of(info.caps, domain->fabric()->api()) : DirectedRecv{}),
       caps_(info.caps),
       ctx_(ctx),
-      auth_(auth_key_of(info)),
+      auth_(auth_key_of(info, domain->auth_key())),
       queue_(rx_size_, params().unexpected_bytes, 4 * rx_size_),
       tx_ring_(tx_size_) {
   init_box(context);
@@ -301,7 +304,7 @@ int Endpoint::enable() {
     // Made, and on failure destroyed, without mu_ (the engine lock comes first).
     int err = 0;
     std::unique_ptr<xport::Datagram> sock =
-        domain_->fabric()->transport()->open_datagram(this, at, &err);
+        domain_->fabric()->transport()->open_datagram(this, at, auth_key(), &err);
     if (sock == nullptr) return err != 0 ? err : -FI_EIO;
     core::MutexLock lock(mu_);
     if (enabled_) return 0;  // another thread's fi_enable won

@@ -134,6 +134,7 @@ Transport* Fabric::transport() {
         .adapt_copies = p.shm_adapt != 0,
         .cm_backlog = p.cm_backlog,
         .read_piece = p.rma_read_piece,
+        .dgram_senders = p.dgram_senders,
         // Holding none of the transport's locks, nor the provider's (xport/transport.h).
         .after_round = [](void* fabric) { static_cast<Fabric*>(fabric)->outbox().publish(); },
         .after_round_arg = this,

@@ -303,6 +303,13 @@ bool ep_ok(const fi_ep_attr* h, ApiVersion api) {
          auth_key_ok(h->auth_key, h->auth_key_size) && tag_format_ok(h->mem_tag_format, api);
 }
 
+// The largest message of a datagram endpoint opened with `info` (or hints that carry the same
+// secret): a datagram's payload, less its authentication when there is a secret (the hints' or
+// FI_FABQ_AUTH_KEY).
+size_t dgram_max_msg(const fi_info& info) {
+  return has_auth_key(info) ? xport::kMaxAuthDgramPayload : xport::kMaxDgramPayload;
+}
+
 // What the hints ask of one endpoint type beyond what every type takes (tx_ok, rx_ok, ep_ok).
 bool type_fits(fi_ep_type t, const fi_info* hints, ApiVersion api) {
   if (hints == nullptr) return true;
@@ -318,10 +325,11 @@ bool type_fits(fi_ep_type t, const fi_info* hints, ApiVersion api) {
     return ((tx_flags | rx_flags) & FI_MULTICAST) == 0;
   }
   // DGRAM: one context of each kind, no shared ones; no order, no delivery completion, no
-  // multi-receive buffers; messages that fit a datagram.
+  // multi-receive buffers; messages that fit a datagram (less its authentication with a secret).
   const auto one = [](size_t n) { return n <= 1; };
+  const size_t max_msg = dgram_max_msg(*hints);
   if (e != nullptr &&
-      (!one(e->tx_ctx_cnt) || !one(e->rx_ctx_cnt) || e->max_msg_size > xport::kMaxDgramPayload ||
+      (!one(e->tx_ctx_cnt) || !one(e->rx_ctx_cnt) || e->max_msg_size > max_msg ||
        e->max_order_raw_size != 0 || e->max_order_war_size != 0 || e->max_order_waw_size != 0)) {
     return false;
   }
@@ -530,6 +538,8 @@ fi_info* make_info(ApiVersion api, const fi_info* hints, fi_ep_type type, const 
     fi_freeinfo(info);
     return nullptr;
   }
+  // The truth for the secret the info carries (its keys are the hints'), or FI_FABQ_AUTH_KEY.
+  if (dgram) ep->max_msg_size = dgram_max_msg(*info);
   return info;
 }
 

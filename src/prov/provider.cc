@@ -129,6 +129,13 @@ extern "C" FI_EXT_INI {
                   "connection: a longer read is answered in pieces of this size, each copied "
                   "from the region once the one before it is on its way (so a later write may "
                   "change the rest: ep_attr->max_order_war_size is this size)");
+  define_and_read("dgram_senders", &g_params.dgram_senders,
+                  "With a shared secret: the senders (each sending endpoint, once for the "
+                  "endpoint and once per group it sends to) a datagram endpoint remembers at "
+                  "once, so as to take each datagram once; under 140 bytes each, allocated at "
+                  "fi_enable; at most 65536. When one more sends, the one heard from least "
+                  "recently is forgotten, and a sender not remembered is heard only in "
+                  "datagrams sent later than the last one taken from any sender forgotten");
   define_and_read("mr_scalable", &g_params.mr_scalable,
                   "0: an application whose hints' mr_mode accepts FI_MR_PROV_KEY, "
                   "FI_MR_VIRT_ADDR or FI_MR_ENDPOINT gets them (keys a peer cannot guess); 1: no "
@@ -138,9 +145,9 @@ extern "C" FI_EXT_INI {
                   /*allow_zero=*/true);
   fi_param_define(&fabq::prov::g_provider, "auth_key", FI_PARAM_STRING,
                   "A secret shared by every process of the job: connections are made only "
-                  "between endpoints that prove they hold it (without sending it), unless an "
-                  "fi_info's auth_key says otherwise (default: none, peers are not "
-                  "authenticated)");
+                  "between endpoints that prove they hold it (without sending it), and datagram "
+                  "endpoints take only datagrams authenticated with it, unless an fi_info's "
+                  "auth_key says otherwise (default: none, peers are not authenticated)");
   if (char* key = nullptr;
       fi_param_get_str(&fabq::prov::g_provider, "auth_key", &key) == 0 && key != nullptr) {
     g_params.auth_key = key;

@@ -43,10 +43,11 @@ struct Params {
   size_t shm_direct_msg_min = 256 * 1024;  // FI_FABQ_SHM_DIRECT_MSG_MIN: messages, from here
   size_t shm_direct_msg_idle_min = 16384;  // FI_FABQ_SHM_DIRECT_MSG_IDLE_MIN: ... when idle
   size_t shm_share_min = 256 * 1024;       // FI_FABQ_SHM_SHARE_MIN: both processes copy from here
-  size_t shm_adapt = 1;      // FI_FABQ_SHM_ADAPT: ring or direct by what each costs here
-  size_t cm_backlog = 1024;  // FI_FABQ_CM_BACKLOG: per listener, in handshake at once
-  size_t mr_scalable = 0;    // FI_FABQ_MR_SCALABLE: no mr_mode bits, whatever the hints accept
-  std::string auth_key;      // FI_FABQ_AUTH_KEY: the shared secret (empty: none)
+  size_t shm_adapt = 1;         // FI_FABQ_SHM_ADAPT: ring or direct by what each costs here
+  size_t cm_backlog = 1024;     // FI_FABQ_CM_BACKLOG: per listener, in handshake at once
+  size_t dgram_senders = 1024;  // FI_FABQ_DGRAM_SENDERS: per keyed DGRAM endpoint, tracked
+  size_t mr_scalable = 0;       // FI_FABQ_MR_SCALABLE: no mr_mode bits, whatever the hints accept
+  std::string auth_key;         // FI_FABQ_AUTH_KEY: the shared secret (empty: none)
   // FI_FABQ_RMA_READ_PIECE: bytes of a peer's read copied and held at once per connection
   size_t rma_read_piece = 64 * 1024;
 };

@@ -161,7 +161,7 @@ Sep::Sep(Domain* domain, const fi_info& info, size_t tx, size_t rx, void* contex
     : Object(FI_CLASS_SEP, domain),
       domain_(domain),
       info_(fi_dupinfo(&info)),
-      auth_(auth_key_of(info)),
+      auth_(auth_key_of(info, domain->auth_key())),
       tx_(tx, nullptr),
       rx_(rx, nullptr),
       rx_on_(rx, false) {

@@ -1,8 +1,10 @@
 #include "xport/dgram.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include <cerrno>
 #include <cstring>
@@ -38,10 +40,45 @@ core::UniqueFd udp_socket(int* err) {
   return fd;
 }
 
+// The sender's clock, as an authenticated datagram's time: microseconds since 1970.
+uint64_t now_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000u + static_cast<uint64_t>(ts.tv_nsec) / 1000u;
+}
+
+const char* drop_reason(DgramSocket::Drop why) {
+  switch (why) {
+    case DgramSocket::Drop::kMalformed:
+      return "not a fabq datagram";
+    case DgramSocket::Drop::kUnauthenticated:
+      return "not authenticated (the sender has no secret)";
+    case DgramSocket::Drop::kUnexpectedAuth:
+      return "authenticated, and this endpoint has no secret";
+    case DgramSocket::Drop::kBadMac:
+      return "wrong MAC (another secret, damaged, or not sent there by that sender)";
+    case DgramSocket::Drop::kReplayed:
+      return "replayed (its sequence number was seen, or is behind the window)";
+    case DgramSocket::Drop::kStale:
+      return "from a sender the replay guard forgot, or no later than it";
+    case DgramSocket::Drop::kCount:
+      break;
+  }
+  return "?";
+}
+
+DgramSocket::Drop drop_of(dgram::Replay r) {
+  return r == dgram::Replay::kStale ? DgramSocket::Drop::kStale : DgramSocket::Drop::kReplayed;
+}
+
 }  // namespace
 
-DgramSocket::DgramSocket(Engine* engine, Owner* owner)
-    : engine_(engine), owner_(owner), buf_(new unsigned char[dgram::kMaxDatagram + 1]) {}
+DgramSocket::DgramSocket(Engine* engine, Owner* owner, const core::HmacSha256* auth)
+    : engine_(engine),
+      owner_(owner),
+      auth_(auth != nullptr ? std::make_unique<Auth>(*auth, engine->config().dgram_senders)
+                            : nullptr),
+      buf_(new unsigned char[dgram::kMaxDatagram + 1]) {}
 
 DgramSocket::~DgramSocket() {
   core::MutexLock elock(engine_->mu());
@@ -50,6 +87,12 @@ DgramSocket::~DgramSocket() {
 }
 
 int DgramSocket::open(const sockaddr_in& at) {
+  // The MAC covers the address a datagram leaves from and the one it arrives at: a socket on
+  // every address knows neither.
+  if (auth_ != nullptr && at.sin_addr.s_addr == htonl(INADDR_ANY)) return -FI_EINVAL;
+  if (auth_ != nullptr && !core::fill_random(&auth_->epoch, sizeof(auth_->epoch)).ok()) {
+    return -FI_EIO;
+  }
   int err = 0;
   core::UniqueFd fd = udp_socket(&err);
   if (!fd.valid()) return err;
@@ -75,17 +118,24 @@ int DgramSocket::open(const sockaddr_in& at) {
 
 int DgramSocket::send(const sockaddr_in& to, const DgramSend& s, core::NetFault fault) {
   if (s.iov_count > kMaxIov) return -FI_EINVAL;
-  if (s.len > dgram::kMaxPayload) return -FI_EMSGSIZE;
+  if (s.len > max_payload()) return -FI_EMSGSIZE;
   if (fault == core::NetFault::kDrop) return 0;  // injected loss: it never leaves
-  unsigned char header[dgram::kHeaderSize];
-  dgram::encode({.flags = s.has_data ? dgram::kDgramData : uint8_t{0},
-                 .length = static_cast<uint32_t>(s.len),
-                 .data = s.has_data ? s.data : 0},
-                header);
-  // Injected damage: one bit of the CQ data, which only the header's check catches.
+  unsigned char header[dgram::kAuthHeaderSize];
+  dgram::Header h{.flags = s.has_data ? dgram::kDgramData : uint8_t{0},
+                  .length = static_cast<uint32_t>(s.len),
+                  .data = s.has_data ? s.data : 0};
+  if (auth_ != nullptr) {
+    h.flags |= dgram::kDgramAuth;
+    h.epoch = auth_->epoch;
+    h.seq = auth_->seq.fetch_add(1, std::memory_order_relaxed) + 1;
+    h.time_us = now_us();
+  }
+  dgram::encode(h, header);
+  if (auth_ != nullptr) auth_->key.seal(dgram::Ends(name_, to), header, s.iov, s.iov_count);
+  // Injected damage: one bit of the CQ data, which the header's check catches (and the MAC).
   if (fault == core::NetFault::kCorrupt) header[16] ^= 0x01;
   iovec iov[kMaxIov + 1];
-  iov[0] = {header, sizeof(header)};
+  iov[0] = {header, dgram::header_size(h.flags)};
   size_t n = 1;
   for (size_t i = 0; i < s.iov_count; ++i) {
     if (s.iov[i].iov_len > 0) iov[n++] = s.iov[i];
@@ -121,16 +171,16 @@ int DgramSocket::send(const sockaddr_in& to, const DgramSend& s, core::NetFault 
 }
 
 void DgramSocket::on_ready(uint32_t /*events*/) {
-  read_one(fd_.get(), /*multicast=*/false);
+  read_one(fd_.get(), name_, /*multicast=*/false);
 }
 
 bool DgramSocket::poll_read() {
-  read_one(fd_.get(), /*multicast=*/false);
+  read_one(fd_.get(), name_, /*multicast=*/false);
   return true;
 }
 
 bool DgramSocket::offer_pending() {
-  if (!owner_->deliver(pending_in_, buf_.get() + dgram::kHeaderSize) && owner_->take_retry()) {
+  if (!owner_->deliver(pending_in_, buf_.get() + pending_at_) && owner_->take_retry()) {
     // Only the receive CQ stood in the way: kept until the application reads it.
     engine_->schedule(this);
     return false;
@@ -141,7 +191,52 @@ bool DgramSocket::offer_pending() {
   return true;
 }
 
-void DgramSocket::read_one(int fd, bool multicast) {
+bool DgramSocket::authentic(const dgram::Header& h, const sockaddr_in& from, const sockaddr_in& at,
+                            size_t n) {
+  const bool authenticated = (h.flags & dgram::kDgramAuth) != 0;
+  if (auth_ == nullptr) {
+    if (!authenticated) return true;
+    dropped(Drop::kUnexpectedAuth, from);
+    return false;
+  }
+  if (!authenticated) {
+    dropped(Drop::kUnauthenticated, from);
+    return false;
+  }
+  const dgram::Ends ends(from, at);
+  // What the window surely refuses costs no MAC; only a verified datagram changes the guard.
+  dgram::Replay r = auth_->guard.check(ends, h.epoch, h.seq, h.time_us);
+  if (r == dgram::Replay::kFresh) {
+    if (!auth_->key.verify(ends, buf_.get(), n)) {
+      dropped(Drop::kBadMac, from);
+      return false;
+    }
+    r = auth_->guard.accept(ends, h.epoch, h.seq, h.time_us);
+  }
+  if (r == dgram::Replay::kFresh) return true;
+  dropped(drop_of(r), from);
+  return false;
+}
+
+void DgramSocket::dropped(Drop why, const sockaddr_in& from) {
+  ++drops_[static_cast<size_t>(why)];
+  if (why == Drop::kMalformed) return;  // stray traffic, as ever: counted, not logged
+  ++unlogged_;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_log_) return;
+  next_log_ = now + std::chrono::seconds(1);
+  char me[INET_ADDRSTRLEN] = "?", peer[INET_ADDRSTRLEN] = "?";
+  inet_ntop(AF_INET, &name_.sin_addr, me, sizeof(me));
+  inet_ntop(AF_INET, &from.sin_addr, peer, sizeof(peer));
+  engine_->log(LogLevel::kWarn,
+               "datagram endpoint %s:%u dropped %llu datagram(s) since its last report; the "
+               "last from %s:%u: %s\n",
+               me, ntohs(name_.sin_port), static_cast<unsigned long long>(unlogged_), peer,
+               ntohs(from.sin_port), drop_reason(why));
+  unlogged_ = 0;
+}
+
+void DgramSocket::read_one(int fd, const sockaddr_in& at, bool multicast) {
   if (pending_ && !offer_pending()) return;
   sockaddr_in from{};
   socklen_t flen = sizeof(from);
@@ -151,8 +246,10 @@ void DgramSocket::read_one(int fd, bool multicast) {
   dgram::Header h;
   if (flen != sizeof(from) || from.sin_family != AF_INET ||
       dgram::decode(buf_.get(), static_cast<size_t>(n), &h) != dgram::Refusal::kNone) {
-    return;  // not fabq's, or damaged: dropped
+    dropped(Drop::kMalformed, from);  // not fabq's, or damaged
+    return;
   }
+  if (!authentic(h, from, at, static_cast<size_t>(n))) return;
   Incoming in;
   in.kind = InKind::kMsg;
   in.has_data = (h.flags & dgram::kDgramData) != 0;
@@ -161,6 +258,7 @@ void DgramSocket::read_one(int fd, bool multicast) {
   in.from = from;
   in.multicast = multicast;
   pending_in_ = in;
+  pending_at_ = dgram::header_size(h.flags);
   pending_ = true;
   (void)offer_pending();
 }
@@ -208,6 +306,7 @@ int McSocket::open(const sockaddr_in& group, in_addr iface) {
            : errno == ENOBUFS                        ? -FI_ENOSPC
                                                      : -FI_EIO;
   }
+  group_ = a;
   core::MutexLock elock(engine_->mu());
   if (!engine_->add(fd.get(), this, EPOLLIN)) return -FI_EIO;
   fd_ = std::move(fd);
@@ -215,7 +314,7 @@ int McSocket::open(const sockaddr_in& group, in_addr iface) {
 }
 
 void McSocket::on_ready(uint32_t /*events*/) {
-  parent_->read_one(fd_.get(), /*multicast=*/true);
+  parent_->read_one(fd_.get(), group_, /*multicast=*/true);
 }
 
 }  // namespace fabq::xport

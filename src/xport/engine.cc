@@ -401,8 +401,9 @@ std::unique_ptr<PassiveListener> Engine::open_passive(PassiveOwner* owner,
   return std::make_unique<PassiveAcceptor>(this, owner, auth);
 }
 
-std::unique_ptr<Datagram> Engine::open_datagram(Owner* owner, const sockaddr_in& at, int* err) {
-  auto d = std::make_unique<DgramSocket>(this, owner);
+std::unique_ptr<Datagram> Engine::open_datagram(Owner* owner, const sockaddr_in& at,
+                                                const core::HmacSha256* auth, int* err) {
+  auto d = std::make_unique<DgramSocket>(this, owner, auth);
   if (const int rc = d->open(at); rc != 0) {
     *err = rc;
     return nullptr;

@@ -53,7 +53,8 @@ class Engine final : public Transport {
                                           const sockaddr_in& at, int* err) override;
   std::unique_ptr<PassiveListener> open_passive(PassiveOwner* owner,
                                                 const core::HmacSha256* auth) override;
-  std::unique_ptr<Datagram> open_datagram(Owner* owner, const sockaddr_in& at, int* err) override;
+  std::unique_ptr<Datagram> open_datagram(Owner* owner, const sockaddr_in& at,
+                                          const core::HmacSha256* auth, int* err) override;
 
   const TransportConfig& config() const { return config_; }
   // The smallest size at which any copy may go direct (the least of config()'s nonzero

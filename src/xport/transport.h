@@ -85,6 +85,9 @@ struct TransportConfig {
   // connection's reads make this side hold. A read up to this size is copied at once, so a
   // later write cannot change what it returns (fi_endpoint(3) max_order_war_size).
   size_t read_piece = 64 * 1024;
+  // Per datagram endpoint with a secret: the senders its replay guard tracks at once
+  // (xport/dgram_wire.h ReplayGuard).
+  size_t dgram_senders = 1024;
   // Called with after_round_arg after every progress round, holding none of the transport's
   // locks: the provider publishes there what its owners' upcalls left in its outbox (the
   // asynchronous events they caused). Null: nothing.
@@ -497,6 +500,8 @@ class Connection {
 // The most payload one datagram carries (ep_attr->max_msg_size of FI_EP_DGRAM): the largest
 // UDP payload over IPv4, 65507 bytes, less fabq's 24-byte header (xport/dgram_wire.h).
 inline constexpr size_t kMaxDgramPayload = 65483;
+// ... and with a shared secret, whose authentication takes 40 bytes more of each datagram.
+inline constexpr size_t kMaxAuthDgramPayload = 65443;
 
 // One message for Datagram::send(). The iov array and its buffers are read during the call only.
 struct DgramSend {
@@ -524,15 +529,25 @@ class Membership {
 // as a full socket buffer drops one; so is one that is not fabq's or is damaged. Any thread may
 // call send() and join(). Destroying it takes the engine lock and ends its upcalls; its
 // memberships must be destroyed first.
+//
+// With a shared secret (open_datagram()'s `auth`) every datagram it sends, to an endpoint or a
+// group, is authenticated (xport/dgram_wire.h: a MAC over its header, its payload and both
+// addresses, and a sequence number), and it delivers only datagrams so authenticated under the
+// same secret, each at most once; the rest are dropped (and logged, at most once a second).
+// Without one, it sends and takes datagrams without authentication, and drops those that have
+// it.
 class Datagram {
  public:
   virtual ~Datagram() = default;
   // The address it is bound to.
   virtual sockaddr_in name() const = 0;
+  // The most payload one datagram carries: kMaxDgramPayload, or kMaxAuthDgramPayload with a
+  // secret.
+  virtual size_t max_payload() const = 0;
   // Sends one datagram to `to` (an endpoint's address, or a multicast group) now, whole or not
   // at all. 0: handed to the kernel; with `fault` kDrop, dropped on purpose instead; with
   // kCorrupt, sent with a damaged header, which its receiver drops. -FI_EMSGSIZE (more than
-  // dgram::kMaxPayload bytes), -FI_EAGAIN (the socket's buffer is full), -FI_EHOSTUNREACH,
+  // max_payload() bytes), -FI_EAGAIN (the socket's buffer is full), -FI_EHOSTUNREACH,
   // -FI_ENETUNREACH, -FI_EIO.
   virtual int send(const sockaddr_in& to, const DgramSend& s, core::NetFault fault) = 0;
   // Joins the multicast group `group` (its address and port) on the interface of this socket's
@@ -592,10 +607,12 @@ class Transport {
   // A passive endpoint's listener; it listens from listen() on. `auth` as for ConnParams.
   virtual std::unique_ptr<PassiveListener> open_passive(PassiveOwner* owner,
                                                         const core::HmacSha256* auth) = 0;
-  // A datagram endpoint's socket, bound at `at` (port 0: one the kernel picks). Null with *err
-  // set (-FI_EADDRINUSE, -FI_EINVAL, -FI_EIO) on failure.
+  // A datagram endpoint's socket, bound at `at` (port 0: one the kernel picks), whose datagrams
+  // are authenticated under `auth` (the shared secret, read during the call only; null: none).
+  // Null with *err set on failure: -FI_EADDRINUSE, -FI_EIO, -FI_EMFILE, -FI_EINVAL (also: a
+  // secret with `at` INADDR_ANY, since the MAC covers the address a datagram leaves from).
   virtual std::unique_ptr<Datagram> open_datagram(Owner* owner, const sockaddr_in& at,
-                                                  int* err) = 0;
+                                                  const core::HmacSha256* auth, int* err) = 0;
 };
 
 // --- The TCP transport (src/xport/tcp_*.cc), the one this library provides.

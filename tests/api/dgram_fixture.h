@@ -1,6 +1,7 @@
 // The fixture of the datagram endpoint tests (FI_EP_DGRAM, multicast): one fabric, domain, AV
 // and EQ on "lo", and enabled DGRAM endpoints with their own CQs and counters, each inserted in
-// the AV. Every wait has a timeout.
+// the AV; with a shared secret (the hints' domain_attr->auth_key) when the test class gives one,
+// and endpoints of their own secret, or of none, when a test asks. Every wait has a timeout.
 #pragma once
 
 #include <arpa/inet.h>
@@ -13,6 +14,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -34,8 +37,9 @@ struct DgramEp {
 
 class Dgram : public ::testing::Test {
  protected:
-  explicit Dgram(uint64_t caps = FI_MSG | FI_SOURCE | FI_MULTICAST, uint64_t mode = 0)
-      : caps_(caps), mode_(mode) {}
+  explicit Dgram(uint64_t caps = FI_MSG | FI_SOURCE | FI_MULTICAST, uint64_t mode = 0,
+                 const char* auth_key = nullptr)
+      : caps_(caps), mode_(mode), auth_key_(auth_key) {}
 
   void SetUp() override {
     fi_info* hints = fabq_hints();
@@ -43,12 +47,22 @@ class Dgram : public ::testing::Test {
     hints->ep_attr->type = FI_EP_DGRAM;
     hints->caps = caps_;
     hints->mode = mode_;
+    if (auth_key_ != nullptr)
+      set_key(&hints->domain_attr->auth_key, &hints->domain_attr->auth_key_size, auth_key_);
     const int rc = fi_getinfo(kVersion, nullptr, nullptr, 0, hints, &info_);
     fi_freeinfo(hints);
     ASSERT_EQ(rc, 0) << fi_strerror(-rc);
     ASSERT_EQ(info_->ep_attr->type, FI_EP_DGRAM);
     ASSERT_EQ(fi_fabric(info_->fabric_attr, &fabric_, nullptr), 0);
-    ASSERT_EQ(fi_domain(fabric_, info_, &domain_, nullptr), 0);
+    // The domain without the secret (which would be its endpoints' default, fi_domain(3)), so
+    // that an endpoint of no secret can be opened in it: the others take it from their info.
+    fi_info* plain = fi_dupinfo(info_);
+    ASSERT_NE(plain, nullptr);
+    set_key(&plain->domain_attr->auth_key, &plain->domain_attr->auth_key_size, nullptr);
+    set_key(&plain->ep_attr->auth_key, &plain->ep_attr->auth_key_size, nullptr);
+    const int drc = fi_domain(fabric_, plain, &domain_, nullptr);
+    fi_freeinfo(plain);
+    ASSERT_EQ(drc, 0);
     fi_av_attr av_attr{};
     av_attr.type = FI_AV_TABLE;
     ASSERT_EQ(fi_av_open(domain_, &av_attr, &av_, nullptr), 0);
@@ -85,6 +99,13 @@ class Dgram : public ::testing::Test {
     bool eq = true;            // bound to the fixture's EQ (fi_join needs one)
     bool selective = false;    // FI_SELECTIVE_COMPLETION on the CQ
     size_t cq_size = 0;        // the CQ's size; 0: the provider's default
+    // The endpoint's own secret (ep_attr->auth_key), or none at all (neither the fixture's nor
+    // its own) with `keyless`.
+    const char* key = nullptr;
+    bool keyless = false;
+    // fi_setname before fi_enable (an address of the endpoint's choosing).
+    const sockaddr_in* name = nullptr;
+    bool enable = true;  // false: the caller enables it (and inserts it in the AV)
   };
   // An enabled DGRAM endpoint with its own CQ (FI_CQ_FORMAT_DATA), bound to the AV, and its
   // name inserted there.
@@ -99,6 +120,12 @@ class Dgram : public ::testing::Test {
     fi_info* info = fi_dupinfo(info_);
     if (o.caps != 0) info->caps = o.caps;
     info->tx_attr->op_flags = o.tx_op_flags;
+    if (o.keyless) {
+      set_key(&info->domain_attr->auth_key, &info->domain_attr->auth_key_size, nullptr);
+      set_key(&info->ep_attr->auth_key, &info->ep_attr->auth_key_size, nullptr);
+    } else if (o.key != nullptr) {
+      set_key(&info->ep_attr->auth_key, &info->ep_attr->auth_key_size, o.key);
+    }
     EXPECT_EQ(fi_endpoint(domain_, info, &e->ep, nullptr), 0);
     fi_freeinfo(info);
     if (e->ep == nullptr || e->cq == nullptr) return e;
@@ -118,6 +145,10 @@ class Dgram : public ::testing::Test {
       EXPECT_EQ(fi_ep_bind(e->ep, &e->tx_cntr->fid, FI_SEND), 0);
       EXPECT_EQ(fi_ep_bind(e->ep, &e->rx_cntr->fid, FI_RECV), 0);
     }
+    if (o.name != nullptr) {
+      EXPECT_EQ(fi_setname(&e->ep->fid, const_cast<sockaddr_in*>(o.name), sizeof(*o.name)), 0);
+    }
+    if (!o.enable) return e;
     EXPECT_EQ(fi_enable(e->ep), 0);
     size_t len = sizeof(e->name);
     EXPECT_EQ(fi_getname(&e->ep->fid, &e->name, &len), 0);
@@ -125,6 +156,14 @@ class Dgram : public ::testing::Test {
     return e;
   }
   DgramEp* open_ep() { return open_ep(EpOptions{}); }
+
+  // Replaces the auth_key at *key (freed; fi_freeinfo frees the new one) with `bytes`, or with
+  // none when null.
+  static void set_key(uint8_t** key, size_t* size, const char* bytes) {
+    std::free(*key);
+    *key = bytes != nullptr ? reinterpret_cast<uint8_t*>(strdup(bytes)) : nullptr;
+    *size = bytes != nullptr ? std::strlen(bytes) : 0;
+  }
 
   // One completion within `ms`: 1, or -FI_EAVAIL with the error in *err, or what sread gave.
   static ssize_t wait_cq(fid_cq* cq, fi_cq_data_entry* entry, fi_cq_err_entry* err = nullptr,
@@ -190,6 +229,7 @@ class Dgram : public ::testing::Test {
 
   const uint64_t caps_;
   const uint64_t mode_;
+  const char* const auth_key_;
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;

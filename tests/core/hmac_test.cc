@@ -319,6 +319,20 @@ TEST(MacEqual, AllZerosAndAllOnesDiffer) {
   EXPECT_TRUE(mac_equal(zeros, Digest{}));
 }
 
+TEST(MacEqual, ATruncatedMacComparesItsLeftmostBytesOnly) {
+  const Digest a = pattern();
+  Digest b = a;
+  b[16] ^= 0x01;  // past a 128-bit MAC
+  EXPECT_TRUE(mac_equal(a.data(), b.data(), 16));
+  EXPECT_FALSE(mac_equal(a.data(), b.data(), 17));
+  for (size_t byte = 0; byte < 16; ++byte) {
+    Digest c = a;
+    c[byte] ^= 0x40;
+    EXPECT_FALSE(mac_equal(a.data(), c.data(), 16)) << "byte " << byte;
+  }
+  EXPECT_TRUE(mac_equal(a.data(), b.data(), 0));
+}
+
 // --- fill_random --------------------------------------------------------------------------------
 
 TEST(FillRandom, TwoCallsGiveDifferentBytes) {

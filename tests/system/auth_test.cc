@@ -8,9 +8,13 @@
 //   - a peer without it, or with another, is refused before the application hears of it: no
 //     FI_CONNREQ, no RDM message placed, the connecting side gets FI_ECONNREFUSED;
 //   - a server that cannot prove it (an impostor) is refused by the connecting side, which never
-//     sends the secret.
+//     sends the secret;
+//   - datagram endpoints that share it take each other's datagrams; one of another secret's is
+//     dropped before it reaches a receive.
 #include <sys/socket.h>
 
+#include <cstring>
+#include <functional>
 #include <string>
 
 #include "raw_peer.h"
@@ -241,6 +245,63 @@ TEST(Auth, AnRdmStrangerPosingAsAnotherEndpointIsRefusedBeforeItConsumesAReceive
   EXPECT_EQ(g.src, victim_addr);
   ASSERT_TRUE(legit.link().signal('d'));
   EXPECT_EQ(legit.join(), 0);
+}
+
+// FI_EP_DGRAM: every datagram carries a MAC under the secret (fi_fabq(7) RELIABILITY AND
+// SECURITY). FI_FABQ_AUTH_KEY gives it to every process; the stranger's hints name another.
+Options dgram_options(const char* auth_key = nullptr) {
+  Options o;
+  o.type = FI_EP_DGRAM;
+  o.caps = FI_MSG | FI_SOURCE;
+  o.auth_key = auth_key;
+  return o;
+}
+
+// In a peer: a datagram endpoint that tells its name, learns the receiver's, and at 's' sends it
+// `msg`, then says 'x' once the send has completed.
+std::function<void(Link&)> datagram_sender(const char* auth_key, const char* msg) {
+  return [auth_key, msg](Link& link) {
+    Side s(dgram_options(auth_key));
+    if (!s.open() || !s.tell(link)) return;
+    const fi_addr_t to = s.learn(link);
+    ASSERT_TRUE(link.wait('s'));
+    ASSERT_EQ(
+        s.retry([&] { return fi_send(s.ep(), msg, std::strlen(msg) + 1, nullptr, to, nullptr); }),
+        0);
+    EXPECT_EQ(s.next_tx().rc, 1);
+    ASSERT_TRUE(link.signal('x'));
+    link.wait('d', kPeerSeconds * 1000);
+  };
+}
+
+TEST(Auth, DatagramsOfProcessesThatShareTheSecretAreTakenAndAnotherSecretsAreDropped) {
+  setenv("FI_FABQ_AUTH_KEY", kSecret, 1);  // every process, read when the provider loads
+  SKIP_UNLESS_FABQ();
+  Peer stranger(datagram_sender(kOtherSecret, "stranger"));
+  Peer friendly(datagram_sender(nullptr, "friend"));
+  Side r(dgram_options());
+  ASSERT_TRUE(r.open());
+  // fi_getinfo says what the secret leaves of a datagram: 65507 - 24 - 40 bytes.
+  EXPECT_EQ(r.info()->ep_attr->max_msg_size, 65443u);
+  fi_addr_t from[2] = {};
+  Peer* const peers[2] = {&stranger, &friendly};
+  for (int i = 0; i < 2; ++i) {
+    from[i] = r.learn(peers[i]->link());
+    ASSERT_TRUE(r.tell(peers[i]->link()));
+  }
+  char buf[2][32] = {};
+  for (auto& b : buf) ASSERT_EQ(r.recv(b, sizeof(b), b), 0);
+  ASSERT_TRUE(stranger.link().signal('s'));
+  ASSERT_TRUE(r.await(stranger.link(), 'x'));
+  EXPECT_TRUE(r.quiet_for(r.rx_cq(), 300)) << "the stranger's datagram was taken: " << buf[0];
+  ASSERT_TRUE(friendly.link().signal('s'));
+  const Completion c = r.next_rx();
+  ASSERT_EQ(c.rc, 1) << cq_str(c);
+  EXPECT_STREQ(buf[0], "friend");
+  EXPECT_EQ(c.src, from[1]);
+  for (Peer* p : peers) ASSERT_TRUE(p->link().signal('d'));
+  EXPECT_EQ(stranger.join(&r), 0);
+  EXPECT_EQ(friendly.join(&r), 0);
 }
 
 }  // namespace
