@@ -92,13 +92,17 @@ struct EpContext {
   uint32_t index = 0;
 };
 
-// Whether each of the `count` buffers is one the application named: no bytes, or some at an
-// address. A null address with a length would be written to (or read from) only when a message
-// moves, far from the call. Sends and posted receives check their buffers with it.
+// Whether the `count` buffers are ones the application could have: each no bytes, or some at an
+// address, and all of them together fewer than the address space holds. A null address with a
+// length would be written to (or read from) only when a message moves, far from the call; lengths
+// whose sum wraps would make a long buffer list look short. Sends and one-sided operations check
+// their buffers with it.
 inline bool valid_buffers(const iovec* iov, size_t count) {
   if (count > 0 && iov == nullptr) return false;
+  size_t total = 0;
   for (size_t i = 0; i < count; ++i) {
     if (iov[i].iov_base == nullptr && iov[i].iov_len > 0) return false;
+    if (__builtin_add_overflow(total, iov[i].iov_len, &total)) return false;
   }
   return true;
 }

@@ -33,17 +33,17 @@ constexpr uint64_t kCqBindFlags = FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETIO
 constexpr uint64_t kCntrBindFlags =
     FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 
-// Fills `r`'s buffers from an iov list; false when it has more entries than `limit`, or none
-// with a count. A null buffer holds no bytes, whatever length it names: nothing is ever written
-// there, and a longer message is truncated (FI_ETRUNC). fabtests post such receives for
-// zero-byte messages, and libfabric's own providers take them.
+// Fills `r`'s buffers from an iov list; false when it has more entries than `limit`, none with
+// a count, or lengths whose sum wraps. A null buffer holds no bytes, whatever length it names:
+// nothing is ever written there, and a longer message is truncated (FI_ETRUNC). fabtests post
+// such receives for zero-byte messages, and libfabric's own providers take them.
 bool take_iov(PostedRecv* r, const iovec* iov, size_t count, size_t limit) {
   if (count > limit || count > kMaxIov || (count > 0 && iov == nullptr)) return false;
   r->iov_count = count;
   r->len = 0;
   for (size_t i = 0; i < count; ++i) {
     r->iov[i] = iov[i].iov_base != nullptr ? iov[i] : iovec{nullptr, 0};
-    r->len += r->iov[i].iov_len;
+    if (__builtin_add_overflow(r->len, r->iov[i].iov_len, &r->len)) return false;
   }
   return true;
 }

@@ -63,7 +63,10 @@ struct RmaOps {
       return false;
     }
     size_t len = 0;
-    for (size_t i = 0; i < msg->iov_count; ++i) len += msg->msg_iov[i].iov_len;
+    for (size_t i = 0; i < msg->iov_count; ++i) {
+      // Lengths whose sum wraps would fit any range.
+      if (__builtin_add_overflow(len, msg->msg_iov[i].iov_len, &len)) return false;
+    }
     return len <= msg->rma_iov[0].len;
   }
 

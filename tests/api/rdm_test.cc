@@ -53,6 +53,18 @@ TEST_F(Rdm, SendReachesThePeerAndBothSidesComplete) {
   EXPECT_STREQ(in, out);
 }
 
+TEST_F(Rdm, BufferListsWhoseLengthsWrapTheAddressSpaceAreInvalidAndPostNothing) {
+  Ep* a = open_ep();
+  Ep* b = open_ep();
+  char one[8] = {}, two[8] = {};
+  // Together one byte, as far as a sum that wraps can tell.
+  iovec wraps[2] = {{one, SIZE_MAX}, {two, 2}};
+  EXPECT_EQ(fi_sendv(a->ep, wraps, nullptr, 2, b->addr, nullptr), -FI_EINVAL);
+  EXPECT_EQ(fi_recvv(b->ep, wraps, nullptr, 2, FI_ADDR_UNSPEC, nullptr), -FI_EINVAL);
+  EXPECT_FALSE(any_completion_within(a->cq, 20));
+  EXPECT_FALSE(any_completion_within(b->cq, 20));
+}
+
 TEST_F(Rdm, ReceiveCompletionNamesTheSenderWithFiSource) {
   Ep* a = open_ep();
   Ep* b = open_ep();

@@ -353,6 +353,13 @@ TEST_F(Rma, MisusedCallsAreRefusedAndPostNothing) {
   EXPECT_EQ(fi_readmsg(a_->ep, &msg, FI_INJECT), -FI_EBADFLAGS);
   EXPECT_EQ(fi_write(a_->ep, nullptr, 8, nullptr, b_->addr, 0, 1, nullptr), -FI_EINVAL);
   EXPECT_EQ(fi_write(a_->ep, buf, 8, nullptr, FI_ADDR_NOTAVAIL, 0, 1, nullptr), -FI_EINVAL);
+  // Local buffers whose lengths wrap the address space add up to 1 byte, which fits any range.
+  iovec wraps[2] = {{buf, SIZE_MAX}, {buf + 4, 2}};
+  msg.msg_iov = wraps;
+  msg.iov_count = 2;
+  EXPECT_EQ(fi_writemsg(a_->ep, &msg, 0), -FI_EINVAL);
+  EXPECT_EQ(fi_readmsg(a_->ep, &msg, 0), -FI_EINVAL);
+  EXPECT_EQ(fi_readv(a_->ep, wraps, nullptr, 2, b_->addr, 0, 1, nullptr), -FI_EINVAL);
   EXPECT_FALSE(any_completion_within(a_->cq, 20));
 }
 
