@@ -175,6 +175,8 @@ Endpoint::~Endpoint() {
     core::MutexLock lock(mu_);
     closing_ = true;
     stalled_.clear();  // its connections go in step 4: nothing may resume them after
+    // A resume that took it from the fabric's waiters borrows it until done (step 3).
+    domain_->fabric()->forget_room(this);
   }
   Cq* const cq = rx_cq();
   // 2. Out of the SRX's hands: no SRX post takes a message that came through here, or walks
@@ -185,7 +187,10 @@ Endpoint::~Endpoint() {
     std::erase(srx_->endpoints_, this);
   }
   // 3. Threads that borrowed it or one of its connections are done with them.
-  while (borrowed_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  while (borrowed_.load(std::memory_order_acquire) != 0 ||
+         held_.load(std::memory_order_acquire) != 0) {
+    std::this_thread::yield();
+  }
   // 4. The connections go: nothing calls back into this endpoint after that. One closed inside
   //    a message gives back the receive it was filling (Endpoint::unplace). A receive
   //    context's came through its scalable endpoint's listener, which routes no more to it.
@@ -332,6 +337,13 @@ bool Endpoint::unreferenced_locked(const Connection* c) {
   }
   core::MutexLock slock(srx_->mu_);
   return borrowed_.load(std::memory_order_acquire) == 0 && !srx_->queue_.refers_to(c);
+}
+
+bool Endpoint::rx_slot(Cq* cq) {
+  if (cq == nullptr || cq->queue().reserve(1).ok()) return true;
+  // Registered before the CQ is asked, so that the room it reports finds this endpoint.
+  domain_->fabric()->wait_for_room(this);
+  return cq->queue().await_room() && cq->queue().reserve(1).ok();
 }
 
 void Endpoint::inbound_ready(Connection* c, const sockaddr_in& name) {
@@ -627,23 +639,27 @@ void Endpoint::consumed_locked(const Unexpected* u, Connection** ack_conn, uint3
 
 void Endpoint::resume_if_stalled() {
   // A stall recorded after the swap is one this call's post did not cure: it waits for the
-  // next. The connections are borrowed until resumed; the listener lives until close.
+  // next. The connections (and the datagram socket) are borrowed until resumed; the listener
+  // lives until close.
   std::vector<Connection*> conns;
   Listener* l = nullptr;
+  xport::Datagram* d = nullptr;
   {
     core::MutexLock lock(mu_);
     if (!stalled_.empty()) {
       conns.swap(stalled_);
       // The spare's capacity: the next stall allocates nothing.
       stalled_.swap(spare_stalled_);
-      borrowed_.fetch_add(1, std::memory_order_relaxed);
     }
+    if (std::exchange(dgram_stalled_, false)) d = dgram_sock_.get();
+    if (!conns.empty() || d != nullptr) borrowed_.fetch_add(1, std::memory_order_relaxed);
     l = listener_.get();
   }
   for (Connection* c : conns) c->resume();
-  if (!conns.empty()) {
-    conns.clear();
-    {
+  if (d != nullptr) d->resume();
+  if (!conns.empty() || d != nullptr) {
+    if (!conns.empty()) {
+      conns.clear();
       core::MutexLock lock(mu_);
       if (spare_stalled_.capacity() == 0) spare_stalled_.swap(conns);
     }
@@ -714,7 +730,7 @@ bool Endpoint::deliver(const Incoming& in, const unsigned char* bytes) {
     PostedRecv* r = queue_.peek_match(in);
     if (r != nullptr && r->multi == 0) {
       Cq* cq = rx_cq();
-      if (cq != nullptr && !cq->queue().reserve(1).ok()) {
+      if (!rx_slot(cq)) {
         retry_ = true;  // as place_locked() refuses it: it waits for a CQ slot
         return stall_locked(in);
       }
@@ -749,9 +765,9 @@ bool Endpoint::place_locked(const Incoming& in, Placement* p) {
   bool took = false;  // a posted receive, into rec.recv
   // A receive takes its CQ slot when a message picks it; posted, it holds none, so an
   // application may post more receives than its CQ has slots. With no slot free, the message
-  // waits at its connection until the application reads the CQ (retried at every progress
-  // round); a message no receive wants is buffered regardless.
-  const auto credit = [cq] { return cq == nullptr || cq->queue().reserve(1).ok(); };
+  // waits at its connection until the application reads the CQ (Fabric::wait_for_room()); a
+  // message no receive wants is buffered regardless.
+  const auto credit = [this, cq] { return rx_slot(cq); };
   bool refused = false;
   if (srx_ != nullptr) {
     core::MutexLock slock(srx_->mu_);
@@ -798,6 +814,7 @@ bool Endpoint::stall_locked(const Incoming& in) {
   if (in.via != nullptr && std::find(stalled_.begin(), stalled_.end(), in.via) == stalled_.end()) {
     stalled_.push_back(in.via);
   }
+  if (in.via == nullptr && dgram_) dgram_stalled_ = true;  // a datagram kept, if retry_ says so
   return false;
 }
 
@@ -1618,7 +1635,7 @@ bool Endpoint::place_write_locked(const Incoming& in, Placement* p) {
   // The completion of its CQ data on the receive CQ needs a slot: with none free the write
   // waits at its connection, as a message does.
   if (in.has_data && rx_cq() != nullptr) {
-    if (!rx_cq()->queue().reserve(1).ok()) {
+    if (!rx_slot(rx_cq())) {
       release_region(std::exchange(rec.use.region, nullptr));
       rec.kind = PlaceRecord::Kind::kNone;
       p->iov_count = 0;

@@ -1088,8 +1088,10 @@ bool Conn::deliver_locked(const unsigned char* bytes) {
 bool Conn::stall_locked() {
   stalled_ = true;
   rx_timed_at_ = 0;
+  // Either way its owner resumes it (a receive posted, a buffered message taken, room in the
+  // CQ): nothing here asks again meanwhile, which would make the progress thread spin.
+  stalled_for_cq_ = owner() != nullptr && owner()->take_retry();
   update_interest_locked();
-  if (owner() != nullptr && owner()->take_retry()) engine_->schedule(this);
   return false;
 }
 

@@ -122,13 +122,13 @@ class Conn final : public Connection, public Pollable {
   void incoming_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   bool frame_done_locked() FABQ_REQUIRES(mu_);
   // Asks the owner where in_'s payload goes (place_). Refused: the connection stalls until
-  // resume() (or retries every round when the owner says so) and this returns false.
+  // resume() and this returns false.
   bool place_locked() FABQ_REQUIRES(mu_);
   // A whole message (in_) that wants no acknowledgement, its payload at `bytes`: given to the
   // owner in one upcall (Owner::deliver). Refused: stalls as place_locked() does; false.
   bool deliver_locked(const unsigned char* bytes) FABQ_REQUIRES(mu_);
-  // The owner refused a message: reading stops until resume(), or the next round when the
-  // owner says only a full CQ stood in the way. Returns false.
+  // The owner refused a message: reading stops until resume() (the owner's, once a receive
+  // is posted or the CQ has room). Returns false.
   bool stall_locked() FABQ_REQUIRES(mu_);
   // Does what the Handshake says about a whole frame of the handshake (or kShutdown).
   bool handshake_frame_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
@@ -205,6 +205,8 @@ class Conn final : public Connection, public Pollable {
   bool writing_ FABQ_GUARDED_BY(mu_) = false;   // EPOLLOUT requested
   uint32_t interest_ FABQ_GUARDED_BY(mu_) = 0;  // the events registered
   bool stalled_ FABQ_GUARDED_BY(mu_) = false;   // a payload has no place yet
+  // ... and only a full CQ stood in the way (Owner::take_retry()).
+  bool stalled_for_cq_ FABQ_GUARDED_BY(mu_) = false;
   bool shutting_ FABQ_GUARDED_BY(mu_) =
       false;  // fi_shutdown: kShutdown goes after the queued sends
   bool shut_queued_ FABQ_GUARDED_BY(mu_) = false;  // ... and is queued

@@ -15,12 +15,15 @@
 #include <netinet/in.h>
 
 #include <memory>
+#include <vector>
 
 #include "core/unique_fd.h"
 #include "xport/engine.h"
 #include "xport/transport.h"
 
 namespace fabq::xport {
+
+class McSocket;
 
 class DgramSocket final : public Pollable, public Datagram {
  public:
@@ -33,6 +36,7 @@ class DgramSocket final : public Pollable, public Datagram {
   sockaddr_in name() const override { return name_; }
   int send(const sockaddr_in& to, const DgramSend& s, core::NetFault fault) override;
   std::unique_ptr<Membership> join(const sockaddr_in& group, int* err) override;
+  void resume() override { engine_->schedule(this); }
 
   // Under the engine lock.
   void on_ready(uint32_t events) override;
@@ -43,6 +47,12 @@ class DgramSocket final : public Pollable, public Datagram {
   // Reads one datagram of `fd` and hands it to the owner, if it is well-formed; first the one
   // kept pending, if any, and nothing more while it stays. Under the engine lock.
   void read_one(int fd, bool multicast);
+  // A datagram waits for room (pending_): this socket and the memberships that reported one
+  // meanwhile (park()) are out of the epoll set until resume() offers it again and it is taken.
+  // Engine lock.
+  bool paused() const { return paused_; }
+  void park(McSocket* m);
+  void unpark(McSocket* m);
 
  private:
   Engine* const engine_;
@@ -52,11 +62,13 @@ class DgramSocket final : public Pollable, public Datagram {
   // One datagram, and one byte more: a longer one is cut, and told apart (MSG_TRUNC).
   std::unique_ptr<unsigned char[]> buf_;
   // A datagram whose receive found the receive CQ full (Owner::take_retry()): it stays in buf_
-  // and is offered again at every round (the socket is scheduled) before anything more is read,
-  // so the kernel keeps what comes after it; as a connection waits for the application to read
-  // its CQ. Engine lock.
+  // and is offered again when the owner resumes the socket (the CQ has room) before anything
+  // more is read, so the kernel keeps what comes after it; as a connection waits for the
+  // application to read its CQ. Engine lock.
   bool pending_ = false;
   Incoming pending_in_;
+  bool paused_ = false;
+  std::vector<McSocket*> parked_;
   // Offers the pending datagram (read now, or kept from before) to the owner: true when none is
   // pending any more (taken, or refused for another reason than a full CQ, and dropped).
   bool offer_pending();
@@ -70,6 +82,7 @@ class McSocket final : public Pollable, public Membership {
   // 0 or the error Datagram::join() reports.
   int open(const sockaddr_in& group, in_addr iface);
   void on_ready(uint32_t events) override;
+  int fd() const { return fd_.get(); }
 
  private:
   Engine* const engine_;

@@ -48,6 +48,7 @@ class Engine final : public Transport {
   void progress() override;
   void begin_wait() override;
   void end_wait() override;
+  void wake() override { kick_if_waiting(); }
   std::unique_ptr<Connection> make_connection(Owner* owner, const ConnParams& params) override;
   std::unique_ptr<Listener> open_listener(Owner* owner, const ConnParams& params,
                                           const sockaddr_in& at, int* err) override;

@@ -329,8 +329,10 @@ class Owner {
   // The connection ended (or was destroyed) inside the message `p` was placing: its receive
   // goes back as if the message had never come.
   virtual void unplace(Placement* p) = 0;
-  // After place() refused: true when only a full completion queue stood in the way, which no
-  // post will change, so the connection retries at every progress round.
+  // After place() refused: true when only a full completion queue stood in the way. The owner
+  // resumes the connection once the queue has room, as it does one refused for want of a
+  // receive once one is posted (Connection::resume); nothing retries meanwhile. A datagram
+  // (Datagram) refused with false is dropped.
   virtual bool take_retry() = 0;
 
   // RDM: connection `c`, accepted by the owner's listener, is up, and `name` is what its peer
@@ -495,11 +497,11 @@ class Membership {
 // Owner's deliver() (Incoming: kMsg, `from` the sender's address, `multicast` when it came to a
 // joined group, `via` null), called by the thread that moves the bytes, holding the engine
 // lock. One the owner refuses (deliver() false) waits if take_retry() then says only a full CQ
-// stood in the way: it is offered again at every progress round, and nothing more is read from
-// the socket meanwhile. Refused otherwise (no receive and no room to buffer it) it is dropped,
-// as a full socket buffer drops one; so is one that is not fabq's or is damaged. Any thread may
-// call send() and join(). Destroying it takes the engine lock and ends its upcalls; its
-// memberships must be destroyed first.
+// stood in the way: nothing more is read from the socket (or its memberships') until the owner
+// calls resume(), once the CQ has room, and it is offered again. Refused otherwise (no receive and
+// no room to buffer it) it is dropped, as a full socket buffer drops one; so is one that is not
+// fabq's or is damaged. Any thread may call send() and join(). Destroying it takes the engine lock
+// and ends its upcalls; its memberships must be destroyed first.
 class Datagram {
  public:
   virtual ~Datagram() = default;
@@ -516,6 +518,9 @@ class Datagram {
   // is sent there. Null with *err: -FI_EINVAL (not a multicast address, or port 0),
   // -FI_EADDRINUSE, -FI_EADDRNOTAVAIL (no interface to join it on), -FI_EIO.
   virtual std::unique_ptr<Membership> join(const sockaddr_in& group, int* err) = 0;
+  // The datagram that waits for room (take_retry()) is offered again at the next progress
+  // round. Takes only the engine's scheduling lock (a leaf): any thread, under any lock.
+  virtual void resume() = 0;
 };
 
 // An RDM endpoint's listening socket. Every connection it accepts is another endpoint's
@@ -559,6 +564,10 @@ class Transport {
   // A thread is about to block on a queue of this fabric / has stopped blocking.
   virtual void begin_wait() = 0;
   virtual void end_wait() = 0;
+  // A progress round (and the after_round call after it) soon: wakes the progress thread if
+  // somebody waits; otherwise the next progress() is that round. Takes no lock: any thread,
+  // under any lock.
+  virtual void wake() = 0;
   // A fresh connection of `owner`, for connect().
   virtual std::unique_ptr<Connection> make_connection(Owner* owner, const ConnParams& params) = 0;
   // An RDM endpoint's listener at `at` (port 0: one the kernel picks). Null with *err set
