@@ -151,7 +151,10 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context, EpContext
       caps_(info.caps),
       ctx_(ctx),
       auth_(auth_key_of(info)),
-      queue_(rx_size_, params().unexpected_bytes, 4 * rx_size_),
+      // An MSG endpoint's one peer may take all of its queue; an RDM endpoint's many share it.
+      queue_(rx_size_, params().unexpected_bytes, 4 * rx_size_,
+             rdm_ ? params().unexpected_peer_bytes : params().unexpected_bytes,
+             domain->fabric()->unexpected_budget()),
       tx_ring_(tx_size_) {
   init_box(context);
   // Room for a MSG endpoint's one connection (and a few of an RDM endpoint's) in both: its
@@ -331,12 +334,23 @@ bool Endpoint::can_free(const Connection* c) {
 }
 
 bool Endpoint::unreferenced_locked(const Connection* c) {
-  // borrowed_ is looked at under the SRX's lock too: an SRX's post borrows under it only.
+  // Its buffered messages stay for the receives to come, without it: a message nobody wants
+  // must not hold a closed connection, and its socket, for good. borrowed_ is looked at under
+  // the SRX's lock too: an SRX's post borrows under it only.
   if (srx_ == nullptr) {
-    return borrowed_.load(std::memory_order_acquire) == 0 && !queue_.refers_to(c);
+    queue_.forget(c);
+    return borrowed_.load(std::memory_order_acquire) == 0;
   }
   core::MutexLock slock(srx_->mu_);
-  return borrowed_.load(std::memory_order_acquire) == 0 && !srx_->queue_.refers_to(c);
+  srx_->queue_.forget(c);
+  return borrowed_.load(std::memory_order_acquire) == 0;
+}
+
+bool Endpoint::holds(const Connection* c) {
+  core::MutexLock lock(mu_);
+  if (srx_ == nullptr) return borrowed_.load(std::memory_order_acquire) != 0 || queue_.owes(c);
+  core::MutexLock slock(srx_->mu_);
+  return borrowed_.load(std::memory_order_acquire) != 0 || srx_->queue_.owes(c);
 }
 
 bool Endpoint::rx_slot(Cq* cq) {
@@ -344,6 +358,17 @@ bool Endpoint::rx_slot(Cq* cq) {
   // Registered before the CQ is asked, so that the room it reports finds this endpoint.
   domain_->fabric()->wait_for_room(this);
   return cq->queue().await_room() && cq->queue().reserve(1).ok();
+}
+
+Unexpected* Endpoint::buffer_locked(RecvQueue& q, const Incoming& in) {
+  RecvQueue::Full full = RecvQueue::Full::kQueue;
+  Unexpected* u = q.try_add(this, in, &full);
+  if (u != nullptr || full != RecvQueue::Full::kBudget) return u;
+  // The fabric's budget comes back when another queue's messages are taken, which no post here
+  // tells this endpoint: it waits to be told (Fabric::room_given()).
+  domain_->fabric()->wait_for_room(this);
+  if (!domain_->fabric()->unexpected_budget()->await(RecvQueue::charge(in.len))) return nullptr;
+  return q.try_add(this, in, &full);
 }
 
 void Endpoint::inbound_ready(Connection* c, const sockaddr_in& name) {
@@ -778,16 +803,16 @@ bool Endpoint::place_locked(const Incoming& in, Placement* p) {
         outbox().add(domain_, srx_, FI_FABQ_EVENT_SRX_LIMIT_REACHED);
       }
     } else if (!refused) {
-      if (!srx_->queue_.room_for(in.len)) return stall_locked(in);
-      unexpected = srx_->queue_.add_unexpected(this, in);
+      unexpected = buffer_locked(srx_->queue_, in);
+      if (unexpected == nullptr) return stall_locked(in);
     }
   } else {
     took = queue_.take_match(in, credit, &refused, &rec.recv);
     if (took) {
       rec.recv.owner = this;
     } else if (!refused) {
-      if (!queue_.room_for(in.len)) return stall_locked(in);
-      unexpected = queue_.add_unexpected(this, in);
+      unexpected = buffer_locked(queue_, in);
+      if (unexpected == nullptr) return stall_locked(in);
     }
   }
   if (refused) {

@@ -294,9 +294,12 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // Queued in the fabric's outbox, raised once the transport's locks are released.
   void async_event(uint32_t type) override;
   core::NetFault take_net_fault() override { return AsyncTarget::take_net_fault(); }
-  // The listener may free a closed connection it accepted: no buffered message came through it
-  // and no thread holds it outside the endpoint's lock.
+  // The listener may free a closed connection it accepted: no thread holds it outside the
+  // endpoint's lock. Its buffered messages forget it (RecvQueue::forget()).
   bool can_free(const Connection* c) override;
+  // A thread borrowed one of its connections, or a buffered message owes a delivery
+  // acknowledgement through `c`.
+  bool holds(const Connection* c) override;
 
   // The connections that stalled in place() (no receive, no room to buffer) are resumed by a
   // post that changes that, or by a receive given back (unplace). Each stall is recorded under
@@ -316,13 +319,17 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   friend int open_endpoint(fid_domain*, fi_info*, fid_ep**, void*);
   // Fills box_: the fid's common part, its op tables (ep_ops.cc) and its owner.
   void init_box(void* context);
-  // No thread borrows a connection and no buffered message came through `c`. Takes the SRX's
-  // lock if there is one.
+  // `c` closed: its buffered messages forget it; true when no thread borrows a connection.
+  // Takes the SRX's lock if there is one.
   bool unreferenced_locked(const Connection* c) FABQ_REQUIRES(mu_);
   // A slot of the receive CQ `cq` (null: none needed) for a message: true, or false when it has
   // none, and then the endpoint waits for its room (Fabric::wait_for_room()). Under mu_ (and
   // the SRX's lock for a shared receive); touches nothing it guards.
   bool rx_slot(Cq* cq);
+  // Buffers `in` in `q` (the endpoint's queue, or its SRX's whose lock is held) if the bounds
+  // let it (RecvQueue::try_add()); when the fabric's budget is what is full, the endpoint waits
+  // for it as for a CQ's room.
+  Unexpected* buffer_locked(RecvQueue& q, const Incoming& in) FABQ_REQUIRES(mu_);
   // Takes mu_. `src`: the receive's src_addr; where directed_ applies to the receive (RDM),
   // anything but FI_ADDR_UNSPEC selects that sender's messages only, and an fi_addr_t the AV
   // does not hold, or FI_ADDR_UNSPEC under FI_EXACT_DIRECTED_RECV, is -FI_EINVAL. An FI_CLAIM

@@ -91,7 +91,12 @@ Fabric* Fabric::from_fid(const fid* f) {
 }
 
 Fabric::Fabric(const fi_fabric_attr& attr, void* context)
-    : Object(FI_CLASS_FABRIC, nullptr), name_(attr.name), api_(attr.api_version) {
+    : Object(FI_CLASS_FABRIC, nullptr),
+      name_(attr.name),
+      api_(attr.api_version),
+      budget_(
+          params().unexpected_total_bytes,
+          [](void* fabric) { static_cast<Fabric*>(fabric)->room_given(); }, this) {
   init_fid(&box_.fid.fid, FI_CLASS_FABRIC, context, &FabricOps::fi_ops_);
   box_.fid.ops = &FabricOps::fabric_ops_;
   box_.fid.api_version = attr.api_version;
@@ -171,6 +176,7 @@ Transport* Fabric::transport() {
         .share_min = p.shm_share_min,
         .adapt_copies = p.shm_adapt != 0,
         .cm_backlog = p.cm_backlog,
+        .inbound_max = p.inbound_max,
         // Holding none of the transport's locks, nor the provider's (xport/transport.h).
         .after_round =
             [](void* arg) {

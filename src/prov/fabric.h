@@ -17,6 +17,7 @@
 #include "prov/api_version.h"
 #include "prov/object.h"
 #include "prov/outbox.h"
+#include "prov/recv_queue.h"
 #include "xport/transport.h"
 
 namespace fabq::prov {
@@ -61,8 +62,9 @@ class Fabric final : public Object {
   Outbox& outbox() { return outbox_; }
 
   // Room that an endpoint's own posts do not make. A message that waits for a slot of its
-  // endpoint's receive CQ waits for room: its endpoint registers here (wait_for_room(), under
-  // its lock, then asks the CQ to tell it: core::CompletionQueue::await_room()), and whatever
+  // endpoint's receive CQ, or for the fabric's unexpected-message budget, waits for room: its
+  // endpoint registers here (wait_for_room(), under its lock, then asks the CQ or the budget to
+  // tell it: core::CompletionQueue::await_room(), UnexpectedBudget::await()), and whatever
   // gives room back calls room_given(). The endpoints are resumed (their stalled connections go
   // on) by resume_room_waiters() at the next point that holds no lock: after a progress round,
   // after a CQ read. Each registration is resumed once; one that finds no room yet registers
@@ -80,9 +82,13 @@ class Fabric final : public Object {
     if (room_given_.load(std::memory_order_acquire)) [[unlikely]]
       resume_room_waiters_slow();
   }
+  // The unexpected messages every receive queue of the fabric buffers, together
+  // (FI_FABQ_UNEXPECTED_TOTAL_BYTES).
+  UnexpectedBudget* unexpected_budget() { return &budget_; }
 
  private:
   void resume_room_waiters_slow() FABQ_EXCLUDES(room_mu_);
+
   static int close(fid* f);
 
   FidBox<fid_fabric> box_;
@@ -95,6 +101,7 @@ class Fabric final : public Object {
   core::Mutex room_mu_;  // a leaf
   std::vector<Endpoint*> room_waiters_ FABQ_GUARDED_BY(room_mu_);
   std::atomic<bool> room_given_{false};
+  UnexpectedBudget budget_;
   // One transport is made: held while it is. Taken under an endpoint's lock (a first
   // connection); inside it only the transport's constructor runs (docs/locking.md).
   core::Mutex transport_mu_;

@@ -107,6 +107,21 @@ class Conn final : public Connection, public Pollable {
   Owner* owner() const { return owner_.load(std::memory_order_acquire); }
   // Accepted and not yet connected: counted against its owner's backlog.
   bool in_handshake() const;
+  // An RDM listener's connection, and what closing it costs (Acceptor, FI_FABQ_INBOUND_MAX):
+  // when it last moved anything (Engine::round_ns()), and the closing itself. kIdle closes it
+  // only if it holds nothing in flight: up, not inside a frame, nothing read and not taken,
+  // nothing to write, no message of its peer's waiting for room, and nothing its owner holds
+  // through it (Owner::holds()). kGone also closes one whose message waits for room (or a
+  // receive) and whose peer has left: the rest of that peer's messages is dropped. kStale also
+  // closes one that nothing moved on since `stale_before` (ns), whatever it or its owner holds
+  // (a send of its peer's that waits for the owner's delivery acknowledgement then fails), and
+  // one still in its handshake. Never one that owes its peer what this side sends itself (its
+  // sends, answers, acknowledgements queued). True when it closed: its peer sees the
+  // connection end, and connects anew at its next send. Engine lock held; takes the
+  // connection's.
+  enum class Shed : uint8_t { kIdle, kGone, kStale };
+  int64_t last_active_ns() const { return last_active_ns_.load(std::memory_order_relaxed); }
+  bool shed(Shed how, int64_t stale_before);
   // Its request went to the passive endpoint, which adopts or rejects it: not freed before.
   bool requested() const { return requested_.load(std::memory_order_acquire); }
 
@@ -130,6 +145,11 @@ class Conn final : public Connection, public Pollable {
   // The owner refused a message: reading stops until resume() (the owner's, once a receive
   // is posted or the CQ has room). Returns false.
   bool stall_locked() FABQ_REQUIRES(mu_);
+  // The peer left (EPOLLRDHUP, a reset) while the connection waits for its owner: it stops
+  // listening for that (epoll would report it again and again), reads the rest once resumed,
+  // and is the first to go when its listener needs room (shed()).
+  void left_while_stalled_locked() FABQ_REQUIRES(mu_);
+  void touch() { last_active_ns_.store(engine_->round_ns(), std::memory_order_relaxed); }
   // Does what the Handshake says about a whole frame of the handshake (or kShutdown).
   bool handshake_frame_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   // A whole kReadReq, kAtomic or direct kWrite (its payload in req_buf_): the owner performs
@@ -207,6 +227,9 @@ class Conn final : public Connection, public Pollable {
   bool stalled_ FABQ_GUARDED_BY(mu_) = false;   // a payload has no place yet
   // ... and only a full CQ stood in the way (Owner::take_retry()).
   bool stalled_for_cq_ FABQ_GUARDED_BY(mu_) = false;
+  // The peer's end of the socket closed while stalled: not listened for any more.
+  bool peer_hup_ FABQ_GUARDED_BY(mu_) = false;
+  std::atomic<int64_t> last_active_ns_{0};  // see last_active_ns()
   bool shutting_ FABQ_GUARDED_BY(mu_) =
       false;  // fi_shutdown: kShutdown goes after the queued sends
   bool shut_queued_ FABQ_GUARDED_BY(mu_) = false;  // ... and is queued

@@ -80,6 +80,14 @@ struct TransportConfig {
   // direct, as those sizes say.
   bool adapt_copies = true;
   size_t cm_backlog = 1024;  // per listener: connections in their handshake at once
+  // Per RDM listener: connections up at once, and never more than half the process's
+  // descriptor limit (RLIMIT_NOFILE). One that comes up beyond it takes the place of the least
+  // recently active one that holds nothing in flight (or, if none does, of one whose message
+  // waits for room and whose peer left, or of one that waited longer than connect_timeout_ms
+  // for its peer or for room); its peer connects anew at its next send. Connections in their
+  // handshake (at most cm_backlog) take no one's place unless, with those up, they reach half
+  // the descriptor limit (xport/listener.h).
+  size_t inbound_max = 1024;
   // Called with after_round_arg after every progress round, holding none of the transport's
   // locks: the provider publishes there what its owners' upcalls left in its outbox (the
   // asynchronous events they caused). Null: nothing.
@@ -331,9 +339,15 @@ class Owner {
   virtual void unplace(Placement* p) = 0;
   // After place() refused: true when only a full completion queue stood in the way. The owner
   // resumes the connection once the queue has room, as it does one refused for want of a
-  // receive once one is posted (Connection::resume); nothing retries meanwhile. A datagram
-  // (Datagram) refused with false is dropped.
+  // receive once one is posted (Connection::resume); nothing retries meanwhile, and a stalled
+  // connection listens only for its peer's leaving. A datagram (Datagram) refused with false
+  // is dropped.
   virtual bool take_retry() = 0;
+  // RDM listener: whether the owner holds anything through open connection `c` that closing
+  // it would lose: a delivery acknowledgement it owes through it, a thread that borrowed it.
+  // False lets the listener close an idle `c` to make room for another (FI_FABQ_INBOUND_MAX);
+  // its peer connects anew at its next send.
+  virtual bool holds(const Connection* c) = 0;
 
   // RDM: connection `c`, accepted by the owner's listener, is up, and `name` is what its peer
   // announced (the peer endpoint's listening address). The owner may submit its own sends to
