@@ -1457,8 +1457,18 @@ Endpoint::Peer& Endpoint::peer_entry_locked(const sockaddr_in& sa, uint32_t rx) 
   auto same = std::find_if(peers_.begin(), peers_.end(), [&sa, rx](const Peer& q) {
     return q.to.sin_addr.s_addr == sa.sin_addr.s_addr && q.to.sin_port == sa.sin_port && q.rx == rx;
   });
-  if (same == peers_.end()) same = peers_.insert(peers_.end(), Peer{.to = sa, .rx = rx});
-  return *same;
+  if (same != peers_.end()) return *same;
+  // An entry no fi_addr_t routes to and no connection uses any more (a peer that connected to
+  // this endpoint and left) is taken again: peers that announce ever new names must not grow
+  // the list for good.
+  auto free = std::find_if(peers_.begin(), peers_.end(), [](const Peer& q) {
+    return !q.routed && q.conn == nullptr && q.in == nullptr;
+  });
+  if (free != peers_.end()) {
+    *free = Peer{.to = sa, .rx = rx};
+    return *free;
+  }
+  return *peers_.insert(peers_.end(), Peer{.to = sa, .rx = rx});
 }
 
 Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer,
@@ -1475,7 +1485,9 @@ Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer
     if (dest >= route_.size()) route_.resize(dest + 1, 0);
     // First send to this fi_addr_t: the connection of another name of the same address, if any.
     if (route_[dest] == 0) {
-      route_[dest] = static_cast<uint32_t>(&peer_entry_locked(sa, 0) - peers_.data()) + 1;
+      Peer& entry = peer_entry_locked(sa, 0);
+      entry.routed = true;
+      route_[dest] = static_cast<uint32_t>(&entry - peers_.data()) + 1;
     }
     found = &peers_[route_[dest] - 1];
   } else {

@@ -543,6 +543,7 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
     uint32_t rx = 0;  // the peer's receive context (FI_NAMED_RX_CTX)
     std::unique_ptr<Connection> conn;
     Connection* in = nullptr;  // cleared by can_free() before the listener may free it
+    bool routed = false;       // route_ names it: it stays this address's for good
   };
   std::unique_ptr<Connection> conn_ FABQ_GUARDED_BY(mu_);
   std::unique_ptr<Listener> listener_ FABQ_GUARDED_BY(mu_);
