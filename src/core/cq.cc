@@ -112,7 +112,22 @@ Status CompletionQueue::reserve(size_t n) {
 }
 
 void CompletionQueue::cancel_reservation(size_t n) {
-  credits_.fetch_add(static_cast<int64_t>(n), std::memory_order_release);
+  give_back(n);
+}
+
+void CompletionQueue::give_back(size_t n) {
+  credits_.fetch_add(static_cast<int64_t>(n), std::memory_order_seq_cst);
+  // The usual case, nobody waiting, is one load. A waiter that armed after this load sees the
+  // credits (await_room()).
+  if (room_wanted_.load(std::memory_order_seq_cst) &&
+      room_wanted_.exchange(false, std::memory_order_seq_cst) && room_hook_ != nullptr) {
+    room_hook_(room_arg_);
+  }
+}
+
+bool CompletionQueue::await_room() {
+  room_wanted_.store(true, std::memory_order_seq_cst);
+  return credits_.load(std::memory_order_seq_cst) > 0 && !overrun();
 }
 
 uint64_t CompletionQueue::claim_reserved() {
@@ -197,7 +212,7 @@ Result<size_t> CompletionQueue::read_locked(void* buf, size_t count, fi_addr_t* 
   }
   if (n > 0) {
     ring_.consume(n);
-    credits_.fetch_add(static_cast<int64_t>(n), std::memory_order_release);
+    give_back(n);
     return n;
   }
   if (is_error) return Code::kAvail;
@@ -240,7 +255,7 @@ Result<size_t> CompletionQueue::read_error(fi_cq_err_entry* entry, uint64_t flag
     if ((flags & FI_PEEK) == 0) {
       ring_.consume(1);
       errors_queued_.fetch_sub(1, std::memory_order_relaxed);
-      credits_.fetch_add(1, std::memory_order_release);
+      give_back(1);
     }
     return 1;
   }

@@ -14,6 +14,13 @@
 //     transport can hold it back until a reader makes room.
 // A read returns the credits of what it consumed.
 //
+// Waiting for room: a producer that holds back an unsolicited completion for want of a credit
+// (the transport keeps the message it belongs to) calls await_room(). It says whether a credit
+// came back meanwhile (then reserve again); if none did, the next thread that gives credits
+// back (a read, a cancelled reservation) calls the room hook once (set_room_hook). So the
+// producer waits for the queue's room instead of asking again and again. The hook runs on
+// that thread, which may hold any of fabq's locks: it must take leaf locks only.
+//
 // Semantics (fi_cq(3) and fabq's contract):
 //   - read(): as many entries as are ready, up to `count`, stopping before an error entry;
 //     kAvail when an error entry is first; kAgain when empty. With `src_addr`, src_addr[i] is
@@ -111,6 +118,15 @@ class CompletionQueue final : public WaitSetMember {
   Status write_error(const CompletionError& e);  // reserve(1) + complete_error()
   // Fault injection: the queue enters the overrun state (see above).
   void enter_overrun();
+  // Waiting for room (see above). The hook is set once, before the queue is shared.
+  using RoomHook = void (*)(void* arg);
+  void set_room_hook(RoomHook hook, void* arg) {
+    room_hook_ = hook;
+    room_arg_ = arg;
+  }
+  // True when a credit is free now; else the hook runs once credits come back. seq_cst with
+  // give_back(): either this sees the credit or that sees the wish.
+  bool await_room();
 
   // Consumers. A null buf with count > 0 is kInval. count == 0 reads nothing and says what is
   // at the head (fi_cq(3) lets an application read nothing to drive progress): 0 when a
@@ -151,6 +167,8 @@ class CompletionQueue final : public WaitSetMember {
 
   CompletionQueue(const CqConfig& config, std::unique_ptr<WaitObject> own_wait);
   uint64_t claim_reserved();
+  // Returns n credits, and calls the room hook if somebody waits for room.
+  void give_back(size_t n);
   Result<size_t> read_locked(void* buf, size_t count, fi_addr_t* src_addr, size_t min_ready)
       FABQ_REQUIRES(read_lock_);
   bool signalled_since(uint64_t seen) const {
@@ -163,6 +181,9 @@ class CompletionQueue final : public WaitSetMember {
   std::atomic<bool> overrun_{false};
   std::atomic<uint64_t> signals_{0};       // fi_cq_signal calls so far
   std::atomic<uint64_t> signals_seen_{0};  // signals already answered by an sread
+  std::atomic<bool> room_wanted_{false};   // await_room() found no credit
+  RoomHook room_hook_ = nullptr;
+  void* room_arg_ = nullptr;
   SpinLock read_lock_;
   const CqFormat format_;
   const size_t entry_size_;

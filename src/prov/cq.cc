@@ -27,14 +27,14 @@ struct CqOps {
     Cq* cq = Cq::from_fid(&f->fid);
     if (cq == nullptr) return -FI_EINVAL;
     cq->drive(count);
-    return cq->queue_->read(buf, count, nullptr).to_fi();
+    return cq->after_read(cq->queue_->read(buf, count, nullptr).to_fi());
   }
 
   static ssize_t readfrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src_addr) {
     Cq* cq = Cq::from_fid(&f->fid);
     if (cq == nullptr) return -FI_EINVAL;
     cq->drive(count);
-    return cq->queue_->read(buf, count, src_addr).to_fi();
+    return cq->after_read(cq->queue_->read(buf, count, src_addr).to_fi());
   }
 
   static ssize_t readerr(fid_cq* f, fi_cq_err_entry* buf, uint64_t flags) {
@@ -45,14 +45,14 @@ struct CqOps {
     if (!cq->legacy_err_data_) {
       auto r = cq->queue_->read_error(buf, flags);
       if (r.ok() && cq->err_src_addr_) abi2::write_cq_err_src_addr(buf, FI_ADDR_NOTAVAIL);
-      return r.to_fi();
+      return cq->after_read(r.to_fi());
     }
     // API < 1.5: the application's struct ends before err_data_size.
     fi_cq_err_entry full{};
     auto r = cq->queue_->read_error(&full, flags);
     if (!r.ok()) return r.to_fi();
     std::memcpy(buf, &full, offsetof(fi_cq_err_entry, err_data_size));
-    return r.value();
+    return cq->after_read(r.value());
   }
 
   static ssize_t sreadfrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src_addr,
@@ -71,9 +71,9 @@ struct CqOps {
                           (timeout > 0 ? std::min<int64_t>(spin, timeout * 1'000'000LL) : spin);
       while (cq->queue_->pending() < want && core::monotonic_ns() < end) t->progress();
       BlockingScope blocking(fabric);
-      return cq->queue_->sread(buf, count, src_addr, threshold, timeout).to_fi();
+      return cq->after_read(cq->queue_->sread(buf, count, src_addr, threshold, timeout).to_fi());
     }
-    return cq->queue_->sread(buf, count, src_addr, threshold, timeout).to_fi();
+    return cq->after_read(cq->queue_->sread(buf, count, src_addr, threshold, timeout).to_fi());
   }
 
   static ssize_t sread(fid_cq* f, void* buf, size_t count, const void* cond, int timeout) {
@@ -120,6 +120,7 @@ Cq::Cq(Domain* domain, const fi_cq_attr& attr, WaitSet* wait_set,
     : Object(FI_CLASS_CQ, domain),
       AsyncTarget(core::FaultTargetKind::kCq, &box_.fid.fid),
       domain_(domain),
+      domain_fabric_(domain->fabric()),
       wait_set_(wait_set),
       threshold_cond_(raw_enum(attr.wait_cond) == FI_CQ_COND_THRESHOLD),
       legacy_err_data_(domain->fabric()->legacy_err_data()),
@@ -128,6 +129,10 @@ Cq::Cq(Domain* domain, const fi_cq_attr& attr, WaitSet* wait_set,
   init_fid(&box_.fid.fid, FI_CLASS_CQ, context, &CqOps::fi_ops_);
   box_.fid.ops = &CqOps::cq_ops_;
   box_.owner = this;
+  // Room made by a read or a cancelled reservation resumes the messages waiting for it; the
+  // fabric outlives the CQ.
+  queue_->set_room_hook([](void* fabric) { static_cast<Fabric*>(fabric)->room_given(); },
+                        domain->fabric());
   if (wait_set_ != nullptr) wait_set_->hold();
 }
 

@@ -52,11 +52,18 @@ class Cq final : public Object, public AsyncTarget {
   // already holds the `want` entries the read asks for (0: always).
   void drive(size_t want = 0);
   ExternalWait& external() { return external_; }
+  // After a read (which may have made room): the messages that waited for room go on
+  // (Fabric::resume_room_waiters()). Returns `rc`. Holding no lock.
+  ssize_t after_read(ssize_t rc) {
+    domain_fabric_->resume_room_waiters();
+    return rc;
+  }
 
  private:
   friend struct CqOps;
   FidBox<fid_cq> box_;
   Domain* const domain_;
+  Fabric* const domain_fabric_;  // domain_'s
   WaitSet* const wait_set_;
   const bool threshold_cond_;
   const bool legacy_err_data_;

@@ -163,7 +163,10 @@ Endpoint::Endpoint(Domain* domain, const fi_info& info, void* context, EpContext
       caps_(info.caps),
       ctx_(ctx),
       auth_(auth_key_of(info, domain->auth_key())),
-      queue_(rx_size_, params().unexpected_bytes, 4 * rx_size_),
+      // An MSG endpoint's one peer may take all of its queue; an RDM endpoint's many share it.
+      queue_(rx_size_, params().unexpected_bytes, 4 * rx_size_,
+             rdm_ ? params().unexpected_peer_bytes : params().unexpected_bytes,
+             domain->fabric()->unexpected_budget()),
       tx_ring_(tx_size_) {
   init_box(context);
   // Room for a MSG endpoint's one connection (and a few of an RDM endpoint's) in both: its
@@ -187,6 +190,8 @@ Endpoint::~Endpoint() {
     core::MutexLock lock(mu_);
     closing_ = true;
     stalled_.clear();  // its connections go in step 4: nothing may resume them after
+    // A resume that took it from the fabric's waiters borrows it until done (step 3).
+    domain_->fabric()->forget_room(this);
   }
   Cq* const cq = rx_cq();
   // 2. Out of the SRX's hands: no SRX post takes a message that came through here, or walks
@@ -197,7 +202,10 @@ Endpoint::~Endpoint() {
     std::erase(srx_->endpoints_, this);
   }
   // 3. Threads that borrowed it or one of its connections are done with them.
-  while (borrowed_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  while (borrowed_.load(std::memory_order_acquire) != 0 ||
+         held_.load(std::memory_order_acquire) != 0) {
+    std::this_thread::yield();
+  }
   // 4. The connections go: nothing calls back into this endpoint after that. One closed inside
   //    a message gives back the receive it was filling (Endpoint::unplace). A receive
   //    context's came through its scalable endpoint's listener, which routes no more to it.
@@ -338,12 +346,41 @@ bool Endpoint::can_free(const Connection* c) {
 }
 
 bool Endpoint::unreferenced_locked(const Connection* c) {
-  // borrowed_ is looked at under the SRX's lock too: an SRX's post borrows under it only.
+  // Its buffered messages stay for the receives to come, without it: a message nobody wants
+  // must not hold a closed connection, and its socket, for good. borrowed_ is looked at under
+  // the SRX's lock too: an SRX's post borrows under it only.
   if (srx_ == nullptr) {
-    return borrowed_.load(std::memory_order_acquire) == 0 && !queue_.refers_to(c);
+    queue_.forget(c);
+    return borrowed_.load(std::memory_order_acquire) == 0;
   }
   core::MutexLock slock(srx_->mu_);
-  return borrowed_.load(std::memory_order_acquire) == 0 && !srx_->queue_.refers_to(c);
+  srx_->queue_.forget(c);
+  return borrowed_.load(std::memory_order_acquire) == 0;
+}
+
+bool Endpoint::holds(const Connection* c) {
+  core::MutexLock lock(mu_);
+  if (srx_ == nullptr) return borrowed_.load(std::memory_order_acquire) != 0 || queue_.owes(c);
+  core::MutexLock slock(srx_->mu_);
+  return borrowed_.load(std::memory_order_acquire) != 0 || srx_->queue_.owes(c);
+}
+
+bool Endpoint::rx_slot(Cq* cq) {
+  if (cq == nullptr || cq->queue().reserve(1).ok()) return true;
+  // Registered before the CQ is asked, so that the room it reports finds this endpoint.
+  domain_->fabric()->wait_for_room(this);
+  return cq->queue().await_room() && cq->queue().reserve(1).ok();
+}
+
+Unexpected* Endpoint::buffer_locked(RecvQueue& q, const Incoming& in) {
+  RecvQueue::Full full = RecvQueue::Full::kQueue;
+  Unexpected* u = q.try_add(this, in, &full);
+  if (u != nullptr || full != RecvQueue::Full::kBudget) return u;
+  // The fabric's budget comes back when another queue's messages are taken, which no post here
+  // tells this endpoint: it waits to be told (Fabric::room_given()).
+  domain_->fabric()->wait_for_room(this);
+  if (!domain_->fabric()->unexpected_budget()->await(RecvQueue::charge(in.len))) return nullptr;
+  return q.try_add(this, in, &full);
 }
 
 void Endpoint::inbound_ready(Connection* c, const sockaddr_in& name) {
@@ -639,23 +676,27 @@ void Endpoint::consumed_locked(const Unexpected* u, Connection** ack_conn, uint3
 
 void Endpoint::resume_if_stalled() {
   // A stall recorded after the swap is one this call's post did not cure: it waits for the
-  // next. The connections are borrowed until resumed; the listener lives until close.
+  // next. The connections (and the datagram socket) are borrowed until resumed; the listener
+  // lives until close.
   std::vector<Connection*> conns;
   Listener* l = nullptr;
+  xport::Datagram* d = nullptr;
   {
     core::MutexLock lock(mu_);
     if (!stalled_.empty()) {
       conns.swap(stalled_);
       // The spare's capacity: the next stall allocates nothing.
       stalled_.swap(spare_stalled_);
-      borrowed_.fetch_add(1, std::memory_order_relaxed);
     }
+    if (std::exchange(dgram_stalled_, false)) d = dgram_sock_.get();
+    if (!conns.empty() || d != nullptr) borrowed_.fetch_add(1, std::memory_order_relaxed);
     l = listener_.get();
   }
   for (Connection* c : conns) c->resume();
-  if (!conns.empty()) {
-    conns.clear();
-    {
+  if (d != nullptr) d->resume();
+  if (!conns.empty() || d != nullptr) {
+    if (!conns.empty()) {
+      conns.clear();
       core::MutexLock lock(mu_);
       if (spare_stalled_.capacity() == 0) spare_stalled_.swap(conns);
     }
@@ -726,7 +767,7 @@ bool Endpoint::deliver(const Incoming& in, const unsigned char* bytes) {
     PostedRecv* r = queue_.peek_match(in);
     if (r != nullptr && r->multi == 0) {
       Cq* cq = rx_cq();
-      if (cq != nullptr && !cq->queue().reserve(1).ok()) {
+      if (!rx_slot(cq)) {
         retry_ = true;  // as place_locked() refuses it: it waits for a CQ slot
         return stall_locked(in);
       }
@@ -761,9 +802,9 @@ bool Endpoint::place_locked(const Incoming& in, Placement* p) {
   bool took = false;  // a posted receive, into rec.recv
   // A receive takes its CQ slot when a message picks it; posted, it holds none, so an
   // application may post more receives than its CQ has slots. With no slot free, the message
-  // waits at its connection until the application reads the CQ (retried at every progress
-  // round); a message no receive wants is buffered regardless.
-  const auto credit = [cq] { return cq == nullptr || cq->queue().reserve(1).ok(); };
+  // waits at its connection until the application reads the CQ (Fabric::wait_for_room()); a
+  // message no receive wants is buffered regardless.
+  const auto credit = [this, cq] { return rx_slot(cq); };
   bool refused = false;
   if (srx_ != nullptr) {
     core::MutexLock slock(srx_->mu_);
@@ -774,16 +815,16 @@ bool Endpoint::place_locked(const Incoming& in, Placement* p) {
         outbox().add(domain_, srx_, FI_FABQ_EVENT_SRX_LIMIT_REACHED);
       }
     } else if (!refused) {
-      if (!srx_->queue_.room_for(in.len)) return stall_locked(in);
-      unexpected = srx_->queue_.add_unexpected(this, in);
+      unexpected = buffer_locked(srx_->queue_, in);
+      if (unexpected == nullptr) return stall_locked(in);
     }
   } else {
     took = queue_.take_match(in, credit, &refused, &rec.recv);
     if (took) {
       rec.recv.owner = this;
     } else if (!refused) {
-      if (!queue_.room_for(in.len)) return stall_locked(in);
-      unexpected = queue_.add_unexpected(this, in);
+      unexpected = buffer_locked(queue_, in);
+      if (unexpected == nullptr) return stall_locked(in);
     }
   }
   if (refused) {
@@ -810,6 +851,7 @@ bool Endpoint::stall_locked(const Incoming& in) {
   if (in.via != nullptr && std::find(stalled_.begin(), stalled_.end(), in.via) == stalled_.end()) {
     stalled_.push_back(in.via);
   }
+  if (in.via == nullptr && dgram_) dgram_stalled_ = true;  // a datagram kept, if retry_ says so
   return false;
 }
 
@@ -1433,8 +1475,18 @@ Endpoint::Peer& Endpoint::peer_entry_locked(const sockaddr_in& sa, uint32_t rx) 
   auto same = std::find_if(peers_.begin(), peers_.end(), [&sa, rx](const Peer& q) {
     return q.to.sin_addr.s_addr == sa.sin_addr.s_addr && q.to.sin_port == sa.sin_port && q.rx == rx;
   });
-  if (same == peers_.end()) same = peers_.insert(peers_.end(), Peer{.to = sa, .rx = rx});
-  return *same;
+  if (same != peers_.end()) return *same;
+  // An entry no fi_addr_t routes to and no connection uses any more (a peer that connected to
+  // this endpoint and left) is taken again: peers that announce ever new names must not grow
+  // the list for good.
+  auto free = std::find_if(peers_.begin(), peers_.end(), [](const Peer& q) {
+    return !q.routed && q.conn == nullptr && q.in == nullptr;
+  });
+  if (free != peers_.end()) {
+    *free = Peer{.to = sa, .rx = rx};
+    return *free;
+  }
+  return *peers_.insert(peers_.end(), Peer{.to = sa, .rx = rx});
 }
 
 Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer,
@@ -1451,7 +1503,9 @@ Connection* Endpoint::peer_locked(fi_addr_t dest, bool* fresh, sockaddr_in* peer
     if (dest >= route_.size()) route_.resize(dest + 1, 0);
     // First send to this fi_addr_t: the connection of another name of the same address, if any.
     if (route_[dest] == 0) {
-      route_[dest] = static_cast<uint32_t>(&peer_entry_locked(sa, 0) - peers_.data()) + 1;
+      Peer& entry = peer_entry_locked(sa, 0);
+      entry.routed = true;
+      route_[dest] = static_cast<uint32_t>(&entry - peers_.data()) + 1;
     }
     found = &peers_[route_[dest] - 1];
   } else {
@@ -1633,7 +1687,7 @@ bool Endpoint::place_write_locked(const Incoming& in, Placement* p) {
   // The completion of its CQ data on the receive CQ needs a slot: with none free the write
   // waits at its connection, as a message does.
   if (in.has_data && rx_cq() != nullptr) {
-    if (!rx_cq()->queue().reserve(1).ok()) {
+    if (!rx_slot(rx_cq())) {
       release_region(std::exchange(rec.use.region, nullptr));
       rec.kind = PlaceRecord::Kind::kNone;
       p->iov_count = 0;

@@ -270,7 +270,8 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // meanwhile that it matches, else to the head of the queue.
   void unplace(Placement* p) override;
   // After place() refused: true when only a full CQ stood in the way, which no post will
-  // change, so the connection retries at every progress round instead of waiting for one.
+  // change: the endpoint waits for the CQ's room (Fabric::wait_for_room()) and resumes the
+  // connection then.
   bool take_retry() override;
   // RDM: the peer named `name` connected to this endpoint's listener through `c`: sends to that
   // peer go through `c` while this endpoint has no connection of its own to it.
@@ -299,14 +300,21 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // Queued in the fabric's outbox, raised once the transport's locks are released.
   void async_event(uint32_t type) override;
   core::NetFault take_net_fault() override { return AsyncTarget::take_net_fault(); }
-  // The listener may free a closed connection it accepted: no buffered message came through it
-  // and no thread holds it outside the endpoint's lock.
+  // The listener may free a closed connection it accepted: no thread holds it outside the
+  // endpoint's lock. Its buffered messages forget it (RecvQueue::forget()).
   bool can_free(const Connection* c) override;
+  // A thread borrowed one of its connections, or a buffered message owes a delivery
+  // acknowledgement through `c`.
+  bool holds(const Connection* c) override;
 
   // The connections that stalled in place() (no receive, no room to buffer) are resumed by a
   // post that changes that, or by a receive given back (unplace). Each stall is recorded under
   // the endpoint's lock and taken under it to be resumed, so no resume is lost.
   void resume_if_stalled() FABQ_EXCLUDES(mu_);
+  // Held by a thread about to call it without its lock (Fabric::resume_room_waiters()): it is
+  // not destroyed until unborrow(). Unlike borrowed_, keeps no connection from being freed.
+  void borrow() { held_.fetch_add(1, std::memory_order_relaxed); }
+  void unborrow() { held_.fetch_sub(1, std::memory_order_release); }
 
  private:
   friend struct EpOps;
@@ -317,9 +325,17 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   friend int open_endpoint(fid_domain*, fi_info*, fid_ep**, void*);
   // Fills box_: the fid's common part, its op tables (ep_ops.cc) and its owner.
   void init_box(void* context);
-  // No thread borrows a connection and no buffered message came through `c`. Takes the SRX's
-  // lock if there is one.
+  // `c` closed: its buffered messages forget it; true when no thread borrows a connection.
+  // Takes the SRX's lock if there is one.
   bool unreferenced_locked(const Connection* c) FABQ_REQUIRES(mu_);
+  // A slot of the receive CQ `cq` (null: none needed) for a message: true, or false when it has
+  // none, and then the endpoint waits for its room (Fabric::wait_for_room()). Under mu_ (and
+  // the SRX's lock for a shared receive); touches nothing it guards.
+  bool rx_slot(Cq* cq);
+  // Buffers `in` in `q` (the endpoint's queue, or its SRX's whose lock is held) if the bounds
+  // let it (RecvQueue::try_add()); when the fabric's budget is what is full, the endpoint waits
+  // for it as for a CQ's room.
+  Unexpected* buffer_locked(RecvQueue& q, const Incoming& in) FABQ_REQUIRES(mu_);
   // Takes mu_. `src`: the receive's src_addr; where directed_ applies to the receive (RDM),
   // anything but FI_ADDR_UNSPEC selects that sender's messages only, and an fi_addr_t the AV
   // does not hold, or FI_ADDR_UNSPEC under FI_EXACT_DIRECTED_RECV, is -FI_EINVAL. An FI_CLAIM
@@ -481,6 +497,9 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // Empty, with capacity, for stalled_.
   std::vector<Connection*> spare_stalled_ FABQ_GUARDED_BY(mu_);
   bool retry_ FABQ_GUARDED_BY(mu_) = false;  // ... because the receive CQ was full
+  // DGRAM: a datagram waits for the receive CQ's room (DgramSocket keeps it): resumed with
+  // the connections.
+  bool dgram_stalled_ FABQ_GUARDED_BY(mu_) = false;
   Eq* eq_ FABQ_GUARDED_BY(mu_) = nullptr;
   Cq* tx_cq_ FABQ_GUARDED_BY(mu_) = nullptr;
   Cntr* tx_cntr_ FABQ_GUARDED_BY(mu_) = nullptr;
@@ -530,6 +549,7 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
     uint32_t rx = 0;  // the peer's receive context (FI_NAMED_RX_CTX)
     std::unique_ptr<Connection> conn;
     Connection* in = nullptr;  // cleared by can_free() before the listener may free it
+    bool routed = false;       // route_ names it: it stays this address's for good
   };
   std::unique_ptr<Connection> conn_ FABQ_GUARDED_BY(mu_);
   std::unique_ptr<Listener> listener_ FABQ_GUARDED_BY(mu_);
@@ -550,6 +570,7 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // delivery acknowledgement going out). Incremented under mu_ (or the SRX's lock); a
   // connection is freed only while it is zero, looked at under the same locks.
   std::atomic<int> borrowed_{0};
+  std::atomic<int> held_{0};  // borrow(): the endpoint itself, not its connections
 };
 
 // fi_endpoint: 0 with *ep set, or -FI_EINVAL (a null argument, a domain not fabq's, an endpoint

@@ -1,8 +1,11 @@
 #include "prov/fabric.h"
 
+#include <algorithm>
+
 #include "prov/cntr.h"
 #include "prov/cq.h"
 #include "prov/domain.h"
+#include "prov/endpoint.h"
 #include "prov/eq.h"
 #include "prov/events.h"
 #include "prov/getinfo.h"
@@ -88,7 +91,12 @@ Fabric* Fabric::from_fid(const fid* f) {
 }
 
 Fabric::Fabric(const fi_fabric_attr& attr, void* context)
-    : Object(FI_CLASS_FABRIC, nullptr), name_(attr.name), api_(attr.api_version) {
+    : Object(FI_CLASS_FABRIC, nullptr),
+      name_(attr.name),
+      api_(attr.api_version),
+      budget_(
+          params().unexpected_total_bytes,
+          [](void* fabric) { static_cast<Fabric*>(fabric)->room_given(); }, this) {
   init_fid(&box_.fid.fid, FI_CLASS_FABRIC, context, &FabricOps::fi_ops_);
   box_.fid.ops = &FabricOps::fabric_ops_;
   box_.fid.api_version = attr.api_version;
@@ -97,6 +105,41 @@ Fabric::Fabric(const fi_fabric_attr& attr, void* context)
 
 Fabric::~Fabric() {
   delete transport_.load(std::memory_order_acquire);
+}
+
+void Fabric::wait_for_room(Endpoint* ep) {
+  core::MutexLock lock(room_mu_);
+  if (std::find(room_waiters_.begin(), room_waiters_.end(), ep) == room_waiters_.end()) {
+    room_waiters_.push_back(ep);
+  }
+}
+
+void Fabric::forget_room(Endpoint* ep) {
+  core::MutexLock lock(room_mu_);
+  std::erase(room_waiters_, ep);
+}
+
+void Fabric::room_given() {
+  room_given_.store(true, std::memory_order_seq_cst);
+  // A round follows soon, and resumes them after it, if nobody reads a CQ first.
+  if (Transport* t = transport_if_any()) t->wake();
+}
+
+void Fabric::resume_room_waiters_slow() {
+  std::vector<Endpoint*> eps;
+  {
+    core::MutexLock lock(room_mu_);
+    // Room given after this exchange finds the waiters registered since in the list.
+    if (!room_given_.exchange(false, std::memory_order_acq_rel)) return;
+    eps.swap(room_waiters_);
+    // Held while resumed: a closing endpoint forgets itself under room_mu_, then waits for
+    // its borrowers.
+    for (Endpoint* ep : eps) ep->borrow();
+  }
+  for (Endpoint* ep : eps) {
+    ep->resume_if_stalled();
+    ep->unborrow();
+  }
 }
 
 namespace {
@@ -135,8 +178,14 @@ Transport* Fabric::transport() {
         .cm_backlog = p.cm_backlog,
         .read_piece = p.rma_read_piece,
         .dgram_senders = p.dgram_senders,
+        .inbound_max = p.inbound_max,
         // Holding none of the transport's locks, nor the provider's (xport/transport.h).
-        .after_round = [](void* fabric) { static_cast<Fabric*>(fabric)->outbox().publish(); },
+        .after_round =
+            [](void* arg) {
+              auto* fabric = static_cast<Fabric*>(arg);
+              fabric->outbox().publish();
+              fabric->resume_room_waiters();
+            },
         .after_round_arg = this,
         .log = log_transport,
     };

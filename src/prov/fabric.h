@@ -11,11 +11,13 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "core/mutex.h"
 #include "prov/api_version.h"
 #include "prov/object.h"
 #include "prov/outbox.h"
+#include "prov/recv_queue.h"
 #include "xport/transport.h"
 
 namespace fabq::prov {
@@ -26,6 +28,8 @@ using xport::Transport;
 // opens; a fabric reads it once, when its first endpoint needs a transport.
 using TransportFactory = std::unique_ptr<Transport> (*)(const xport::TransportConfig&);
 void set_transport_factory(TransportFactory factory);
+
+class Endpoint;
 
 class Fabric final : public Object {
  public:
@@ -57,7 +61,34 @@ class Fabric final : public Object {
   // downcall that may have queued some.
   Outbox& outbox() { return outbox_; }
 
+  // Room that an endpoint's own posts do not make. A message that waits for a slot of its
+  // endpoint's receive CQ, or for the fabric's unexpected-message budget, waits for room: its
+  // endpoint registers here (wait_for_room(), under its lock, then asks the CQ or the budget to
+  // tell it: core::CompletionQueue::await_room(), UnexpectedBudget::await()), and whatever
+  // gives room back calls room_given(). The endpoints are resumed (their stalled connections go
+  // on) by resume_room_waiters() at the next point that holds no lock: after a progress round,
+  // after a CQ read. Each registration is resumed once; one that finds no room yet registers
+  // again. So nothing retries in a loop while it waits, and no room is missed.
+  //
+  // wait_for_room(), forget_room(): from any thread, under the endpoint's lock (room_mu_ is a
+  // leaf). room_given(): any thread, under any lock (an atomic and Transport::wake()).
+  // resume_room_waiters(): holding no lock of the provider's or the transport's.
+  void wait_for_room(Endpoint* ep) FABQ_EXCLUDES(room_mu_);
+  // The endpoint is closing: not resumed from here once this returns, or the resume that took
+  // it holds it (Endpoint::borrow()) until it is done.
+  void forget_room(Endpoint* ep) FABQ_EXCLUDES(room_mu_);
+  void room_given();
+  void resume_room_waiters() FABQ_EXCLUDES(room_mu_) {
+    if (room_given_.load(std::memory_order_acquire)) [[unlikely]]
+      resume_room_waiters_slow();
+  }
+  // The unexpected messages every receive queue of the fabric buffers, together
+  // (FI_FABQ_UNEXPECTED_TOTAL_BYTES).
+  UnexpectedBudget* unexpected_budget() { return &budget_; }
+
  private:
+  void resume_room_waiters_slow() FABQ_EXCLUDES(room_mu_);
+
   static int close(fid* f);
 
   FidBox<fid_fabric> box_;
@@ -67,6 +98,10 @@ class Fabric final : public Object {
   // Outlives the transport, which ~Fabric's body destroys, and with it the progress thread
   // that publishes this after its rounds.
   Outbox outbox_;
+  core::Mutex room_mu_;  // a leaf
+  std::vector<Endpoint*> room_waiters_ FABQ_GUARDED_BY(room_mu_);
+  std::atomic<bool> room_given_{false};
+  UnexpectedBudget budget_;
   // One transport is made: held while it is. Taken under an endpoint's lock (a first
   // connection); inside it only the transport's constructor runs (docs/locking.md).
   core::Mutex transport_mu_;

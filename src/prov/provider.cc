@@ -81,6 +81,16 @@ extern "C" FI_EXT_INI {
   define_and_read("unexpected_bytes", &g_params.unexpected_bytes,
                   "Bytes of messages that arrived before their receive, buffered per endpoint or "
                   "SRX; beyond it the sender waits (TCP back-pressure)");
+  define_and_read("unexpected_peer_bytes", &g_params.unexpected_peer_bytes,
+                  "Bytes of messages from one connection (one peer endpoint) that arrived before "
+                  "their receive, buffered per RDM endpoint or SRX (an MSG endpoint's one peer "
+                  "has all of FI_FABQ_UNEXPECTED_BYTES), counting 320 bytes of bookkeeping each; "
+                  "beyond it that peer waits (TCP back-pressure) and the others go on");
+  define_and_read("unexpected_total_bytes", &g_params.unexpected_total_bytes,
+                  "Bytes of messages that arrived before their receive, buffered by all the "
+                  "endpoints and SRX contexts of a fabric together, counting 320 bytes of "
+                  "bookkeeping each; beyond it their senders wait (TCP back-pressure) until "
+                  "buffered messages are received");
   define_and_read("connect_timeout_ms", &g_params.connect_timeout_ms,
                   "Milliseconds fi_connect waits for the peer's answer before an FI_ETIMEDOUT "
                   "error entry");
@@ -136,6 +146,13 @@ extern "C" FI_EXT_INI {
                   "fi_enable; at most 65536. When one more sends, the one heard from least "
                   "recently is forgotten, and a sender not remembered is heard only in "
                   "datagrams sent later than the last one taken from any sender forgotten");
+  define_and_read("inbound_max", &g_params.inbound_max,
+                  "Connections an RDM endpoint holds up at once from peers that connected to "
+                  "it, and never more than half the process's descriptor limit (RLIMIT_NOFILE); "
+                  "one that comes up beyond it replaces the least recently active that holds "
+                  "nothing in flight (its peer reconnects at its next send), else one whose peer "
+                  "left while its message waited for room, else one silent for longer than "
+                  "FI_FABQ_CONNECT_TIMEOUT_MS");
   define_and_read("mr_scalable", &g_params.mr_scalable,
                   "0: an application whose hints' mr_mode accepts FI_MR_PROV_KEY, "
                   "FI_MR_VIRT_ADDR or FI_MR_ENDPOINT gets them (keys a peer cannot guess); 1: no "

@@ -36,15 +36,20 @@ struct Params {
   size_t cntr_max_count = 256;         // FI_FABQ_CNTR_MAX_COUNT (per domain; domain_attr->cntr_cnt)
   size_t spin_us = 20;                 // FI_FABQ_SPIN_US: how long blocking calls spin first
   size_t unexpected_bytes = 16 << 20;  // FI_FABQ_UNEXPECTED_BYTES: buffered per receive queue
-  size_t connect_timeout_ms = 10000;   // FI_FABQ_CONNECT_TIMEOUT_MS
-  size_t keepalive_ms = 30000;         // FI_FABQ_KEEPALIVE_MS: a silent peer is gone after this
-  size_t shm = 1;                      // FI_FABQ_SHM: same-host connections move data in shm
-  size_t shm_direct_min = 16384;       // FI_FABQ_SHM_DIRECT_MIN: RMA copied directly from here
+  // FI_FABQ_UNEXPECTED_PEER_BYTES: ... of them from one connection (bookkeeping counted)
+  size_t unexpected_peer_bytes = 4 << 20;
+  // FI_FABQ_UNEXPECTED_TOTAL_BYTES: ... by every receive queue of a fabric together
+  size_t unexpected_total_bytes = 128 << 20;
+  size_t connect_timeout_ms = 10000;       // FI_FABQ_CONNECT_TIMEOUT_MS
+  size_t keepalive_ms = 30000;             // FI_FABQ_KEEPALIVE_MS: a silent peer is gone after this
+  size_t shm = 1;                          // FI_FABQ_SHM: same-host connections move data in shm
+  size_t shm_direct_min = 16384;           // FI_FABQ_SHM_DIRECT_MIN: RMA copied directly from here
   size_t shm_direct_msg_min = 256 * 1024;  // FI_FABQ_SHM_DIRECT_MSG_MIN: messages, from here
   size_t shm_direct_msg_idle_min = 16384;  // FI_FABQ_SHM_DIRECT_MSG_IDLE_MIN: ... when idle
   size_t shm_share_min = 256 * 1024;       // FI_FABQ_SHM_SHARE_MIN: both processes copy from here
   size_t shm_adapt = 1;         // FI_FABQ_SHM_ADAPT: ring or direct by what each costs here
   size_t cm_backlog = 1024;     // FI_FABQ_CM_BACKLOG: per listener, in handshake at once
+  size_t inbound_max = 1024;    // FI_FABQ_INBOUND_MAX: connections per RDM endpoint's listener
   size_t dgram_senders = 1024;  // FI_FABQ_DGRAM_SENDERS: per keyed DGRAM endpoint, tracked
   size_t mr_scalable = 0;       // FI_FABQ_MR_SCALABLE: no mr_mode bits, whatever the hints accept
   std::string auth_key;         // FI_FABQ_AUTH_KEY: the shared secret (empty: none)

@@ -9,21 +9,30 @@ bool tag_matches(uint64_t tag, uint64_t want, uint64_t ignore) {
   return ((tag ^ want) & ~ignore) == 0;
 }
 
-RecvQueue::RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected_count)
+static_assert(sizeof(Unexpected) + 4 * sizeof(void*) <= 320, "kEntryBytes is too small");
+
+RecvQueue::RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected_count,
+                     size_t peer_bytes, UnexpectedBudget* budget)
     : capacity_(capacity),
       max_bytes_(unexpected_bytes),
       max_count_(unexpected_count),
+      max_peer_bytes_(peer_bytes),
+      budget_(budget),
       large_(unexpected_bytes),
       pool_(std::pmr::pool_options{.max_blocks_per_chunk = kChunkBlocks,
                                    .largest_required_pool_block = kPooledPayload}),
-      unexpected_(&pool_) {
+      unexpected_(&pool_),
+      peer_bytes_(&pool_) {
   posted_.reserve(capacity);
 }
 
 RecvQueue::~RecvQueue() {
+  size_t charged = 0;
   for (Unexpected& u : unexpected_) {
+    charged += charge(u.in.len);
     if (u.in.len > kPooledPayload) large_.give(std::exchange(u.data, nullptr), u.in.len);
   }
+  if (charged != 0) budget_->give(charged);
 }
 
 void RecvQueue::make_multi(PostedRecv* r, size_t min) {
@@ -99,13 +108,27 @@ std::vector<PostedRecv> RecvQueue::take_all() {
   return all;
 }
 
-bool RecvQueue::room_for(size_t len) const {
+Unexpected* RecvQueue::try_add(Endpoint* from, const Incoming& in, Full* full) {
   // A message larger than what is left waits in the kernel (and then at the sender) until a
   // receive for it is posted: the peer's lengths never decide how much fabq allocates.
-  return unexpected_.size() < max_count_ && unexpected_bytes_ + len <= max_bytes_;
-}
-
-Unexpected* RecvQueue::add_unexpected(Endpoint* from, const Incoming& in) {
+  if (unexpected_.size() >= max_count_ || in.len > max_bytes_ - unexpected_bytes_) {
+    *full = Full::kQueue;
+    return nullptr;
+  }
+  const size_t cost = charge(in.len);
+  if (in.via != nullptr) {
+    const auto it = peer_bytes_.find(in.via);
+    const size_t held = it != peer_bytes_.end() ? it->second : 0;
+    if (cost > max_peer_bytes_ || held > max_peer_bytes_ - cost) {
+      *full = Full::kPeer;
+      return nullptr;
+    }
+  }
+  if (!budget_->take(cost)) {
+    *full = Full::kBudget;
+    return nullptr;
+  }
+  if (in.via != nullptr) peer_bytes_[in.via] += cost;
   Unexpected& u = unexpected_.emplace_back();
   u.from = from;
   u.in = in;
@@ -118,7 +141,17 @@ Unexpected* RecvQueue::add_unexpected(Endpoint* from, const Incoming& in) {
   return &u;
 }
 
+void RecvQueue::unshare(const Unexpected& u) {
+  if (u.in.via == nullptr) return;
+  const auto it = peer_bytes_.find(u.in.via);
+  if (it == peer_bytes_.end()) return;
+  it->second -= std::min(it->second, charge(u.in.len));
+  if (it->second == 0) peer_bytes_.erase(it);
+}
+
 void RecvQueue::retire(std::pmr::list<Unexpected>::iterator it) {
+  unshare(*it);
+  budget_->give(charge(it->in.len));
   unexpected_bytes_ -= it->in.len;
   if (it->in.len > kPooledPayload) {
     large_.give(it->data, it->in.len);
@@ -155,14 +188,25 @@ void RecvQueue::remove(Unexpected* u) {
   }
 }
 
-bool RecvQueue::refers_to(const Connection* c) const {
-  return std::any_of(unexpected_.begin(), unexpected_.end(),
-                     [c](const Unexpected& u) { return u.in.via == c; });
+bool RecvQueue::owes(const Connection* c) const {
+  return std::any_of(unexpected_.begin(), unexpected_.end(), [c](const Unexpected& u) {
+    return u.in.via == c && u.in.ack == AckWanted::kDelivered;
+  });
+}
+
+void RecvQueue::forget(const Connection* c) {
+  if (c == nullptr || peer_bytes_.erase(c) == 0) return;  // nothing of it is buffered
+  for (Unexpected& u : unexpected_) {
+    if (u.in.via == c) u.in.via = nullptr;
+  }
 }
 
 void RecvQueue::orphan(const Endpoint* from) {
   for (Unexpected& u : unexpected_) {
-    if (u.from == from) u.orphan = true;
+    if (u.from != from) continue;
+    u.orphan = true;
+    unshare(u);
+    u.in.via = nullptr;
   }
 }
 

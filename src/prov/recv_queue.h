@@ -16,9 +16,20 @@
 // the buffer's release (the FI_MULTI_RECV completion flag) goes on whichever completion of it
 // comes last after it left the queue.
 //
-// Unexpected messages are buffered up to a byte and a count limit; past them, the connection
-// stalls (the transport stops reading, and TCP makes the sender wait) until receives are
-// posted. Nothing is dropped.
+// Unexpected messages are buffered up to three bounds: the queue's bytes and count
+// (FI_FABQ_UNEXPECTED_BYTES, 4 x its size), each sending connection's share
+// (FI_FABQ_UNEXPECTED_PEER_BYTES for an RDM endpoint's or an SRX's: one peer cannot take all
+// of the queue; an MSG endpoint's one peer may) and the fabric's
+// budget for all its queues together (FI_FABQ_UNEXPECTED_TOTAL_BYTES, UnexpectedBudget). The
+// share and the budget count each message's payload and its bookkeeping (kEntryBytes), so that
+// empty messages cost too. Past a bound, the connection stalls (the transport stops reading,
+// and TCP makes the sender wait) until receives are posted, or, for the budget, until another
+// queue's messages are taken. Nothing is dropped.
+//
+// A buffered message names the connection it came through (Incoming::via), for its delivery
+// acknowledgement and its sender's share, until that connection closes and is freed: then it
+// forgets it (forget()), so that a message nobody takes never holds its connection, nor that
+// connection's socket.
 //
 // Memory: the entries and the payloads of up to kPooledPayload bytes come from a pool the queue
 // owns. A consumed message's memory returns to the pool, not to the heap, so once the queue has
@@ -34,11 +45,13 @@
 #include <netinet/in.h>
 #include <sys/uio.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <list>
 #include <memory_resource>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "core/payload_cache.h"
@@ -127,6 +140,48 @@ struct Unexpected {
 
 bool tag_matches(uint64_t tag, uint64_t want, uint64_t ignore);
 
+// The bytes the receive queues of one fabric buffer together (FI_FABQ_UNEXPECTED_TOTAL_BYTES),
+// counted as RecvQueue counts a connection's share. Any thread, under any lock: its state is
+// atomic, and `room` (called when bytes come back while a queue waits for them) must take
+// leaves only (Fabric::room_given()).
+class UnexpectedBudget {
+ public:
+  using Room = void (*)(void* arg);
+  UnexpectedBudget(size_t max, Room room, void* arg) : max_(max), room_(room), arg_(arg) {}
+  UnexpectedBudget(const UnexpectedBudget&) = delete;
+  UnexpectedBudget& operator=(const UnexpectedBudget&) = delete;
+
+  // Takes n bytes if they fit.
+  bool take(size_t n) {
+    size_t used = used_.load(std::memory_order_relaxed);
+    do {
+      if (n > max_ || used > max_ - n) return false;
+    } while (!used_.compare_exchange_weak(used, used + n, std::memory_order_seq_cst));
+    return true;
+  }
+  void give(size_t n) {
+    used_.fetch_sub(n, std::memory_order_seq_cst);
+    if (wanted_.load(std::memory_order_seq_cst) &&
+        wanted_.exchange(false, std::memory_order_seq_cst)) {
+      room_(arg_);
+    }
+  }
+  // A queue found no room: true when n bytes fit after all (take them again), else `room` is
+  // called once bytes come back. seq_cst with give(), as core::CompletionQueue::await_room().
+  bool await(size_t n) {
+    wanted_.store(true, std::memory_order_seq_cst);
+    return n <= max_ && used_.load(std::memory_order_seq_cst) <= max_ - n;
+  }
+  size_t used() const { return used_.load(std::memory_order_relaxed); }
+
+ private:
+  const size_t max_;
+  const Room room_;
+  void* const arg_;
+  std::atomic<size_t> used_{0};
+  std::atomic<bool> wanted_{false};
+};
+
 // A multi-receive buffer's state while any of it is posted or being filled.
 struct MultiBuf {
   uint32_t id = 0;
@@ -137,7 +192,9 @@ struct MultiBuf {
 
 class RecvQueue {
  public:
-  RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected_count);
+  // `peer_bytes`: each connection's share; `budget`: the fabric's, which outlives the queue.
+  RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected_count, size_t peer_bytes,
+            UnexpectedBudget* budget);
   ~RecvQueue();
   RecvQueue(const RecvQueue&) = delete;
   RecvQueue& operator=(const RecvQueue&) = delete;
@@ -200,18 +257,27 @@ class RecvQueue {
   // Every posted receive, removed (failure, close).
   std::vector<PostedRecv> take_all();
 
-  // Room to buffer one more unexpected message of `len` bytes.
-  bool room_for(size_t len) const;
-  // Buffers a new unexpected message; its payload goes to the returned entry's data.
-  Unexpected* add_unexpected(Endpoint* from, const Incoming& in);
+  // What a message that is not buffered found full.
+  enum class Full : uint8_t { kQueue, kPeer, kBudget };
+  // Buffers a new unexpected message if every bound lets it; its payload goes to the returned
+  // entry's data. Null, with *full, when one does not.
+  Unexpected* try_add(Endpoint* from, const Incoming& in, Full* full);
+  // What a message of `len` bytes counts against its connection's share and the budget.
+  static size_t charge(size_t len) { return len + kEntryBytes; }
   // The oldest unexpected message `r` would take (same kind, its tag, a sender it accepts) and
   // that is not claimed; null when none.
   Unexpected* find_unexpected(const PostedRecv& r);
   Unexpected* find_claimed(void* context);
   void remove(Unexpected* u);
-  // Whether a buffered message came through `c` (its delivery acknowledgement goes back there).
-  bool refers_to(const Connection* c) const;
-  // Keeps every message that arrived on `from` from receives (it is closing).
+  // Whether a buffered message that came through `c` owes its sender a delivery
+  // acknowledgement there.
+  bool owes(const Connection* c) const;
+  // `c` closed and is about to be freed: its buffered messages stay, for receives to take, but
+  // no longer name it (their acknowledgements cannot go: their sends fail with it) and no
+  // longer count against its share.
+  void forget(const Connection* c);
+  // Keeps every message that arrived on `from` from receives (it is closing); they forget
+  // their connections, which close with it.
   void orphan(const Endpoint* from);
   // Forgets every message that arrived on `from` (it is closing). Returns the receives that
   // were waiting for the rest of one of them (Unexpected::taker).
@@ -220,13 +286,20 @@ class RecvQueue {
  private:
   static constexpr size_t kPooledPayload = 4096;
   static constexpr size_t kChunkBlocks = 256;
+  // A buffered message's bookkeeping: its entry, its list node, a share of the map below.
+  static constexpr size_t kEntryBytes = 320;
   void retire(std::pmr::list<Unexpected>::iterator it);
   std::vector<PostedRecv>::iterator find_match(const Incoming& in);
   MultiBuf* multi(uint32_t id);
 
+  // The message leaves the share of the connection it names (if it still names one).
+  void unshare(const Unexpected& u);
+
   const size_t capacity_;
   const size_t max_bytes_;
   const size_t max_count_;
+  const size_t max_peer_bytes_;
+  UnexpectedBudget* const budget_;
   std::vector<PostedRecv> posted_;
   std::vector<MultiBuf> multis_;
   uint32_t next_multi_ = 1;
@@ -236,6 +309,8 @@ class RecvQueue {
   std::pmr::unsynchronized_pool_resource pool_;
   std::pmr::list<Unexpected> unexpected_;
   size_t unexpected_bytes_ = 0;
+  // Each connection's share (charge()) of what is buffered, while it has one.
+  std::pmr::unordered_map<const Connection*, size_t> peer_bytes_;
 };
 
 }  // namespace fabq::prov

@@ -76,6 +76,7 @@ class Sep final : public Object, public xport::Owner {
   // is gone is refused; so these refuse everything, and only route() and can_free() matter.
   Owner* route(uint32_t rx) override FABQ_EXCLUDES(mu_);
   bool can_free(const xport::Connection*) override { return true; }
+  bool holds(const xport::Connection*) override { return false; }
   bool place(const xport::Incoming&, xport::Placement*) override { return false; }
   bool placed(const xport::Incoming&, xport::Placement*) override { return false; }
   void unplace(xport::Placement*) override {}

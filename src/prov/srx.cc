@@ -20,7 +20,8 @@ Srx::Srx(Domain* domain, const fi_rx_attr& attr, void* context)
       iov_limit_(attr.iov_limit ? std::min(attr.iov_limit, kMaxIov) : kMaxIov),
       op_flags_(attr.op_flags),
       directed_(DirectedRecv::of(attr.caps, domain->fabric()->api())),
-      queue_(size_, params().unexpected_bytes, 4 * size_) {
+      queue_(size_, params().unexpected_bytes, 4 * size_, params().unexpected_peer_bytes,
+             domain->fabric()->unexpected_budget()) {
   init_box(context);
 }
 

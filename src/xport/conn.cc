@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <rdma/fi_eq.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,6 +39,8 @@ constexpr size_t kSendRing = 1024;
 constexpr int kIovBatch = 16;
 constexpr uint32_t kIn = EPOLLIN;
 constexpr uint32_t kOut = EPOLLOUT;
+// The peer's end of the socket closed, or the socket failed.
+constexpr uint32_t kHup = EPOLLRDHUP | EPOLLHUP | EPOLLERR;
 // An answer's payload in the ring from this size on is asked for whole before it is copied out
 // (prefetch_answer()), up to kPrefetchMax bytes.
 constexpr size_t kPrefetchMin = 1024;
@@ -263,8 +266,13 @@ void Conn::update_interest_locked() {
   }
   const bool reading =
       open && (rx_shm_ || tx_shm_ ? !peer_eof_ : !stalled_ && s != State::kPending);
+  // A stalled socket is listened to for its peer's leaving alone (once: epoll keeps reporting
+  // it), so that a peer gone meanwhile does not keep its descriptor until the stall ends
+  // (left_while_stalled_locked()). Through shared memory the socket is read anyway.
+  const bool hup_watch = open && !reading && stalled_ && !peer_hup_ && !rx_shm_ && !tx_shm_;
   const bool waiting_out = open && !tx_shm_ && (writing_ || s == State::kConnecting);
-  const uint32_t want = (reading ? kIn : 0) | (waiting_out ? kOut : 0);
+  const uint32_t want =
+      (reading ? kIn : 0) | (waiting_out ? kOut : 0) | (hup_watch ? uint32_t{EPOLLRDHUP} : 0);
   if (want == interest_ && registered_ == (want != 0)) return;
   if (want == 0) {
     if (registered_) engine_->remove_fd(fd_.get());
@@ -312,6 +320,7 @@ int Conn::submit(TxOp* op) {
     return -FI_ENOTCONN;
   }
   if (send_count_ == sendq_.size()) return -FI_EAGAIN;  // the transmit ring is no larger
+  touch();
   wire::Header h;
   h.length = static_cast<uint32_t>(op->len);
   h.seq = op->seq;
@@ -370,6 +379,7 @@ InlineResult Conn::send_inline(const InlineSend& s) {
     return InlineResult::kQueue;
   }
   heard_ = false;
+  touch();
   wire::Header h;
   h.op = s.tagged ? wire::Op::kTagged : wire::Op::kMsg;
   h.length = static_cast<uint32_t>(s.len);
@@ -669,6 +679,12 @@ void Conn::on_ready(uint32_t events) {
       if (!flush_locked()) return;
     }
   }
+  if (stalled_ && !rx_shm_ && !tx_shm_ && (events & EPOLLIN) == 0 && (events & kHup) != 0) {
+    // A stalled socket is in the epoll set for this alone (update_interest_locked()).
+    left_while_stalled_locked();
+    if (state() == State::kClosed) return;
+    events &= ~kHup;
+  }
   if (s == State::kConnecting) {
     int err = 0;
     socklen_t len = sizeof(err);
@@ -723,6 +739,7 @@ bool Conn::poll_read() {
 }
 
 void Conn::read_locked() {
+  touch();
   if (rx_shm_ && rpos_ == rlen_ && framer_.between_frames()) {
     // Nothing from the socket is left to handle: the ring is all there is to read.
     rpos_ = rlen_ = 0;
@@ -1181,9 +1198,58 @@ bool Conn::deliver_locked(const unsigned char* bytes) {
 bool Conn::stall_locked() {
   stalled_ = true;
   rx_timed_at_ = 0;
+  // Either way its owner resumes it (a receive posted, a buffered message taken, room in the
+  // CQ): nothing here asks again meanwhile, which would make the progress thread spin.
+  stalled_for_cq_ = owner() != nullptr && owner()->take_retry();
   update_interest_locked();
-  if (owner() != nullptr && owner()->take_retry()) engine_->schedule(this);
   return false;
+}
+
+void Conn::left_while_stalled_locked() {
+  // What the peer sent before it left is read to its end once the owner resumes the
+  // connection. Until then it holds only its descriptor and the kernel's buffer, and, as an RDM
+  // listener's, it is the one to close when the listener needs room (shed()).
+  peer_hup_ = true;
+  update_interest_locked();
+}
+
+bool Conn::shed(Shed how, int64_t stale_before) {
+  core::MutexLock lock(mu_);
+  const State s = state();
+  if (!rdm_ || acceptor_ == nullptr || s == State::kClosed) return false;
+  const bool inactive = how == Shed::kStale && last_active_ns() < stale_before;
+  // Waiting for its owner, its peer gone: what is left of the peer's messages goes with it.
+  const bool gone = how != Shed::kIdle && stalled_ && (peer_hup_ || peer_eof_);
+  const char* why = "in its handshake";
+  if (s != State::kConnected) {
+    if (!inactive) return false;  // a handshake ends by itself at its deadline
+  } else {
+    // What this side owes the peer is never dropped: its sends, its answers and
+    // acknowledgements.
+    if (send_count_ != 0 || ctrl_off_ < ctrl_.size() || share_count_ != 0 || shutting_ ||
+        acks_owed_.load(std::memory_order_acquire)) {
+      return false;
+    }
+    bool busy = stalled_ || have_place_ || rpos_ < rlen_ || !framer_.between_frames() ||
+                (rx_shm_ && rx_ring_.readable());
+    if (!busy && !rx_shm_ && fd_.valid()) {
+      int unread = 0;
+      busy = ioctl(fd_.get(), FIONREAD, &unread) != 0 || unread > 0;
+    }
+    // Idle, it loses nothing. Otherwise only a peer that left, or one silent for longer than
+    // the connect timeout, loses what it has in flight (a send of its that waits for this
+    // side's delivery acknowledgement fails; the message stays buffered here).
+    const bool held = busy || owner() == nullptr || owner()->holds(this);
+    if (held && !gone && !inactive) return false;
+    why = !held                     ? "idle"
+          : gone && stalled_for_cq_ ? "its peer gone, its last message waiting for a CQ"
+          : gone                    ? "its peer gone, its last messages not taken"
+                                    : "inactive";
+  }
+  engine_->log(LogLevel::kInfo, "closing the connection from %s:%u (%s) to make room for another\n",
+               inet_ntoa(peer_.sin_addr), ntohs(peer_.sin_port), why);
+  peer_closed_locked();
+  return true;
 }
 
 bool Conn::place_locked() {

@@ -107,6 +107,21 @@ class Conn final : public Connection, public Pollable {
   Owner* owner() const { return owner_.load(std::memory_order_acquire); }
   // Accepted and not yet connected: counted against its owner's backlog.
   bool in_handshake() const;
+  // An RDM listener's connection, and what closing it costs (Acceptor, FI_FABQ_INBOUND_MAX):
+  // when it last moved anything (Engine::round_ns()), and the closing itself. kIdle closes it
+  // only if it holds nothing in flight: up, not inside a frame, nothing read and not taken,
+  // nothing to write, no message of its peer's waiting for room, and nothing its owner holds
+  // through it (Owner::holds()). kGone also closes one whose message waits for room (or a
+  // receive) and whose peer has left: the rest of that peer's messages is dropped. kStale also
+  // closes one that nothing moved on since `stale_before` (ns), whatever it or its owner holds
+  // (a send of its peer's that waits for the owner's delivery acknowledgement then fails), and
+  // one still in its handshake. Never one that owes its peer what this side sends itself (its
+  // sends, answers, acknowledgements queued). True when it closed: its peer sees the
+  // connection end, and connects anew at its next send. Engine lock held; takes the
+  // connection's.
+  enum class Shed : uint8_t { kIdle, kGone, kStale };
+  int64_t last_active_ns() const { return last_active_ns_.load(std::memory_order_relaxed); }
+  bool shed(Shed how, int64_t stale_before);
   // Its request went to the passive endpoint, which adopts or rejects it: not freed before.
   bool requested() const { return requested_.load(std::memory_order_acquire); }
 
@@ -122,14 +137,19 @@ class Conn final : public Connection, public Pollable {
   void incoming_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   bool frame_done_locked() FABQ_REQUIRES(mu_);
   // Asks the owner where in_'s payload goes (place_). Refused: the connection stalls until
-  // resume() (or retries every round when the owner says so) and this returns false.
+  // resume() and this returns false.
   bool place_locked() FABQ_REQUIRES(mu_);
   // A whole message (in_) that wants no acknowledgement, its payload at `bytes`: given to the
   // owner in one upcall (Owner::deliver). Refused: stalls as place_locked() does; false.
   bool deliver_locked(const unsigned char* bytes) FABQ_REQUIRES(mu_);
-  // The owner refused a message: reading stops until resume(), or the next round when the
-  // owner says only a full CQ stood in the way. Returns false.
+  // The owner refused a message: reading stops until resume() (the owner's, once a receive
+  // is posted or the CQ has room). Returns false.
   bool stall_locked() FABQ_REQUIRES(mu_);
+  // The peer left (EPOLLRDHUP, a reset) while the connection waits for its owner: it stops
+  // listening for that (epoll would report it again and again), reads the rest once resumed,
+  // and is the first to go when its listener needs room (shed()).
+  void left_while_stalled_locked() FABQ_REQUIRES(mu_);
+  void touch() { last_active_ns_.store(engine_->round_ns(), std::memory_order_relaxed); }
   // Does what the Handshake says about a whole frame of the handshake (or kShutdown).
   bool handshake_frame_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   // A whole kReadReq, kAtomic or direct kWrite (its payload in req_buf_): the owner performs
@@ -217,6 +237,11 @@ class Conn final : public Connection, public Pollable {
   bool writing_ FABQ_GUARDED_BY(mu_) = false;   // EPOLLOUT requested
   uint32_t interest_ FABQ_GUARDED_BY(mu_) = 0;  // the events registered
   bool stalled_ FABQ_GUARDED_BY(mu_) = false;   // a payload has no place yet
+  // ... and only a full CQ stood in the way (Owner::take_retry()).
+  bool stalled_for_cq_ FABQ_GUARDED_BY(mu_) = false;
+  // The peer's end of the socket closed while stalled: not listened for any more.
+  bool peer_hup_ FABQ_GUARDED_BY(mu_) = false;
+  std::atomic<int64_t> last_active_ns_{0};  // see last_active_ns()
   bool shutting_ FABQ_GUARDED_BY(mu_) =
       false;  // fi_shutdown: kShutdown goes after the queued sends
   bool shut_queued_ FABQ_GUARDED_BY(mu_) = false;  // ... and is queued

@@ -119,6 +119,7 @@ void Conn::start_accepted(Acceptor* acceptor, PassiveAcceptor* passive) {
   acceptor_ = acceptor;
   passive_ = passive;
   set_socket_options(fd_.get(), engine_->config().keepalive_ms);
+  touch();
   socklen_t len = sizeof(peer_);
   getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&peer_), &len);
   // An RDM listener's connection carries the peer's messages in; the secret is the listener's.
@@ -273,6 +274,8 @@ bool Conn::handshake_frame_locked(const wire::Header& h) {
         if (!one_way_ && peer_.sin_addr.s_addr == peer_name_.sin_addr.s_addr) {
           owner()->inbound_ready(this, peer_name_);
         }
+        // One more up: its listener keeps to its bound (Acceptor::on_ready()).
+        if (acceptor_ != nullptr) acceptor_->came_up(this);
       } else {
         owner()->cm_event({.event = FI_CONNECTED});
       }

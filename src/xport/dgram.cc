@@ -176,18 +176,28 @@ void DgramSocket::on_ready(uint32_t /*events*/) {
 
 bool DgramSocket::poll_read() {
   read_one(fd_.get(), name_, /*multicast=*/false);
-  return true;
+  return !paused_;
 }
 
 bool DgramSocket::offer_pending() {
   if (!owner_->deliver(pending_in_, buf_.get() + pending_at_) && owner_->take_retry()) {
-    // Only the receive CQ stood in the way: kept until the application reads it.
-    engine_->schedule(this);
+    // Only the receive CQ stood in the way: kept until the owner resumes the socket, once the
+    // application read the CQ. The socket, readable or not, waits out of the epoll set.
+    if (!paused_) {
+      paused_ = true;
+      engine_->remove_fd(fd_.get());
+    }
     return false;
   }
   // Taken, or refused for want of a receive and of room to buffer it: dropped, as a full
   // socket buffer drops one.
   pending_ = false;
+  if (paused_) {
+    paused_ = false;
+    engine_->add(fd_.get(), this, EPOLLIN);
+    for (McSocket* m : parked_) engine_->add(m->fd(), m, EPOLLIN);
+    parked_.clear();
+  }
   return true;
 }
 
@@ -236,6 +246,15 @@ void DgramSocket::dropped(Drop why, const sockaddr_in& from) {
   unlogged_ = 0;
 }
 
+void DgramSocket::park(McSocket* m) {
+  engine_->remove_fd(m->fd());
+  parked_.push_back(m);
+}
+
+void DgramSocket::unpark(McSocket* m) {
+  std::erase(parked_, m);
+}
+
 void DgramSocket::read_one(int fd, const sockaddr_in& at, bool multicast) {
   if (pending_ && !offer_pending()) return;
   sockaddr_in from{};
@@ -280,6 +299,7 @@ McSocket::McSocket(Engine* engine, DgramSocket* parent) : engine_(engine), paren
 
 McSocket::~McSocket() {
   core::MutexLock elock(engine_->mu());
+  parent_->unpark(this);
   if (fd_.valid()) engine_->remove(fd_.get(), this);
 }
 
@@ -315,6 +335,7 @@ int McSocket::open(const sockaddr_in& group, in_addr iface) {
 
 void McSocket::on_ready(uint32_t /*events*/) {
   parent_->read_one(fd_.get(), group_, /*multicast=*/true);
+  if (parent_->paused()) parent_->park(this);  // until the pending datagram is taken
 }
 
 }  // namespace fabq::xport

@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/hmac.h"
 #include "core/unique_fd.h"
@@ -33,6 +34,8 @@
 #include "xport/transport.h"
 
 namespace fabq::xport {
+
+class McSocket;
 
 class DgramSocket final : public Pollable, public Datagram {
  public:
@@ -51,6 +54,7 @@ class DgramSocket final : public Pollable, public Datagram {
   }
   int send(const sockaddr_in& to, const DgramSend& s, core::NetFault fault) override;
   std::unique_ptr<Membership> join(const sockaddr_in& group, int* err) override;
+  void resume() override { engine_->schedule(this); }
 
   // Under the engine lock.
   void on_ready(uint32_t events) override;
@@ -76,6 +80,12 @@ class DgramSocket final : public Pollable, public Datagram {
   };
   // Under the engine lock (tests and statistics).
   uint64_t drops(Drop why) const { return drops_[static_cast<size_t>(why)]; }
+  // A datagram waits for room (pending_): this socket and the memberships that reported one
+  // meanwhile (park()) are out of the epoll set until resume() offers it again and it is taken.
+  // Engine lock.
+  bool paused() const { return paused_; }
+  void park(McSocket* m);
+  void unpark(McSocket* m);
 
  private:
   // The secret's state: what sends read (any thread) and what reads change (engine lock).
@@ -102,12 +112,14 @@ class DgramSocket final : public Pollable, public Datagram {
   // One datagram, and one byte more: a longer one is cut, and told apart (MSG_TRUNC).
   std::unique_ptr<unsigned char[]> buf_;
   // A datagram whose receive found the receive CQ full (Owner::take_retry()): it stays in buf_
-  // and is offered again at every round (the socket is scheduled) before anything more is read,
-  // so the kernel keeps what comes after it; as a connection waits for the application to read
-  // its CQ. Engine lock.
+  // and is offered again when the owner resumes the socket (the CQ has room) before anything
+  // more is read, so the kernel keeps what comes after it; as a connection waits for the
+  // application to read its CQ. Engine lock.
   bool pending_ = false;
   Incoming pending_in_;
   size_t pending_at_ = 0;  // where its payload starts in buf_ (after its header)
+  bool paused_ = false;
+  std::vector<McSocket*> parked_;
   // Offers the pending datagram (read now, or kept from before) to the owner: true when none is
   // pending any more (taken, or refused for another reason than a full CQ, and dropped).
   bool offer_pending();
@@ -125,6 +137,7 @@ class McSocket final : public Pollable, public Membership {
   // 0 or the error Datagram::join() reports.
   int open(const sockaddr_in& group, in_addr iface);
   void on_ready(uint32_t events) override;
+  int fd() const { return fd_.get(); }
 
  private:
   Engine* const engine_;

@@ -237,6 +237,7 @@ void Engine::run_locked(std::vector<std::unique_ptr<Pollable>>* dead, bool manua
   } else {
     n = epoll_wait(epfd_.get(), ev, kMaxEvents, 0);
     last_epoll_ns_ = now_ns();
+    round_ns_.store(last_epoll_ns_, std::memory_order_relaxed);
     epoll_idle_ = n == 0;
     quiet_epoll_every_ns_ =
         epoll_idle_ ? std::min(2 * quiet_epoll_every_ns_, kEpollQuietMaxNs) : kEpollEveryNs;

@@ -48,6 +48,7 @@ class Engine final : public Transport {
   void progress() override;
   void begin_wait() override;
   void end_wait() override;
+  void wake() override { kick_if_waiting(); }
   std::unique_ptr<Connection> make_connection(Owner* owner, const ConnParams& params) override;
   std::unique_ptr<Listener> open_listener(Owner* owner, const ConnParams& params,
                                           const sockaddr_in& at, int* err) override;
@@ -64,6 +65,10 @@ class Engine final : public Transport {
   void log(LogLevel level, const char* fmt, ...) const __attribute__((format(printf, 3, 4)));
   // When a connection attempt (or an accepted request) that starts now gives up.
   int64_t connect_deadline() const;
+  // The monotonic time (now_ns()) of the latest round that asked epoll, to within the pause
+  // skip_epoll_locked() allows: a clock for what need not read one (how long ago a connection
+  // was last active). Any thread; relaxed.
+  int64_t round_ns() const { return round_ns_.load(std::memory_order_relaxed); }
 
   // Membership of the epoll set; any thread. Taking a socket out does not free its Pollable:
   // an object is destroyed only under the engine lock (or retired), so that no readiness
@@ -163,6 +168,7 @@ class Engine final : public Transport {
   Pollable* hot_ FABQ_GUARDED_BY(mu_) = nullptr;
   bool epoll_idle_ FABQ_GUARDED_BY(mu_) = false;  // ... or it reported nothing
   int64_t last_epoll_ns_ FABQ_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> round_ns_{0};  // last_epoll_ns_, for round_ns()
   static constexpr uint32_t kIdleRoundsPerClock = 16;
   uint32_t idle_rounds_ FABQ_GUARDED_BY(mu_) = 0;
   bool shm_busy_ FABQ_GUARDED_BY(mu_) = false;  // the last round's rings had work

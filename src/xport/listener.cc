@@ -1,6 +1,7 @@
 #include "xport/listener.h"
 
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -75,18 +76,42 @@ void Acceptor::close_locked() {
 
 void Acceptor::on_ready(uint32_t) {
   size_t busy = 0;
+  size_t up = 0;
+  size_t held = 0;
+  std::vector<const Conn*> fresh;
   {
     core::MutexLock lock(mu_);
     sweep_locked();
-    for (const auto& c : conns_) busy += c->in_handshake();
+    fresh.swap(fresh_);
+    for (const auto& c : conns_) {
+      const bool handshake = c->in_handshake();
+      busy += handshake;
+      up += !handshake && !c->closed();
+    }
+    held = conns_.size();
   }
   const size_t backlog = engine_->config().cm_backlog;
+  // Connections that came up beyond the bound (each that comes up asks for this look) make
+  // room at once. A connection in its handshake takes no one's place: with a secret, a
+  // stranger never gets further, and must not close a peer's connection for nothing.
+  const size_t limit = bound();
+  while (up > limit && (make_room(Room::kAny, fresh) || make_room(Room::kAny))) --up;
+  // Only descriptors run short (half the process's, with those in their handshake): then a
+  // connection that arrives takes another's place, but with a secret never an authenticated
+  // peer's that still does something.
+  const size_t cap = descriptor_cap();
+  const Room room = auth_key() != nullptr ? Room::kStrangers : Room::kAny;
   for (;;) {
     core::UniqueFd fd(accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd.valid()) {
       const int e = errno;
       if (accept_retryable(e)) continue;
       if (e == EAGAIN || e == EWOULDBLOCK) return;
+      if ((e == EMFILE || e == ENFILE) && make_room(room)) {
+        // Its descriptor comes back once this round frees it: the next round accepts.
+        engine_->schedule(this);
+        return;
+      }
       // Out of descriptors or memory (or worse): the socket stays readable, so waiting on it
       // now would spin. Listen again after a pause; what is connected keeps being served.
       if (!std::exchange(warned_, true)) {
@@ -99,7 +124,10 @@ void Acceptor::on_ready(uint32_t) {
       return;
     }
     if (busy >= backlog) continue;  // closed at once: the peer sees a refusal
+    const bool at_bound = held >= cap;
+    if (at_bound && !make_room(room)) continue;  // nothing to give up: refused as above
     ++busy;
+    if (!at_bound) ++held;
     std::unique_ptr<Conn> conn = make_conn(std::move(fd));
     Conn* c = conn.get();
     {
@@ -107,7 +135,50 @@ void Acceptor::on_ready(uint32_t) {
       conns_.push_back(std::move(conn));
     }
     start(c);
+    if (at_bound) {
+      // One at a time at the bound: the connection given up keeps its descriptor until this
+      // round frees it.
+      engine_->schedule(this);
+      return;
+    }
   }
+}
+
+void Acceptor::came_up(const Conn* c) {
+  {
+    core::MutexLock lock(mu_);
+    fresh_.push_back(c);
+  }
+  engine_->schedule(this);
+}
+
+bool Acceptor::make_room(Room which, const std::vector<const Conn*>& spare) {
+  // Each with its last activity, read once: the order must not change while sorting.
+  std::vector<std::pair<int64_t, Conn*>> held;
+  {
+    core::MutexLock lock(mu_);
+    held.reserve(conns_.size());
+    for (const auto& c : conns_) {
+      if (c->closed() || std::find(spare.begin(), spare.end(), c.get()) != spare.end()) continue;
+      held.emplace_back(c->last_active_ns(), c.get());
+    }
+  }
+  std::sort(held.begin(), held.end());
+  // Without mu_: each takes its connection's lock, which comes first (docs/locking.md).
+  for (const Conn::Shed how : {Conn::Shed::kIdle, Conn::Shed::kGone}) {
+    if (how == Conn::Shed::kIdle && which == Room::kStrangers) continue;
+    for (const auto& [at, c] : held) {
+      if (c->shed(how, 0)) return true;
+    }
+  }
+  const int64_t stale_before =
+      engine_->round_ns() - static_cast<int64_t>(engine_->config().connect_timeout_ms) * 1'000'000;
+  for (const auto& [at, c] : held) {
+    if (at >= stale_before) break;
+    if (which == Room::kStrangers && !c->in_handshake()) continue;
+    if (c->shed(Conn::Shed::kStale, stale_before)) return true;
+  }
+  return false;
 }
 
 void Acceptor::on_deadline() {
@@ -234,6 +305,18 @@ void RdmListener::start(Conn* c) {
 
 const core::HmacSha256* RdmListener::auth_key() const {
   return params_.auth;
+}
+
+size_t RdmListener::descriptor_cap() const {
+  // Half the descriptors the process may have: the other half stays the application's (and
+  // its own connections' and files').
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) != 0 || nofile.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  return std::max<size_t>(static_cast<size_t>(nofile.rlim_cur) / 2, 1);
+}
+
+size_t RdmListener::bound() const {
+  return std::min(engine_->config().inbound_max, descriptor_cap());
 }
 
 // A buffered message that came through one still owes its sender a delivery acknowledgement.

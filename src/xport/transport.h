@@ -88,6 +88,14 @@ struct TransportConfig {
   // Per datagram endpoint with a secret: the senders its replay guard tracks at once
   // (xport/dgram_wire.h ReplayGuard).
   size_t dgram_senders = 1024;
+  // Per RDM listener: connections up at once, and never more than half the process's
+  // descriptor limit (RLIMIT_NOFILE). One that comes up beyond it takes the place of the least
+  // recently active one that holds nothing in flight (or, if none does, of one whose message
+  // waits for room and whose peer left, or of one that waited longer than connect_timeout_ms
+  // for its peer or for room); its peer connects anew at its next send. Connections in their
+  // handshake (at most cm_backlog) take no one's place unless, with those up, they reach half
+  // the descriptor limit (xport/listener.h).
+  size_t inbound_max = 1024;
   // Called with after_round_arg after every progress round, holding none of the transport's
   // locks: the provider publishes there what its owners' upcalls left in its outbox (the
   // asynchronous events they caused). Null: nothing.
@@ -355,9 +363,17 @@ class Owner {
   // The connection ended (or was destroyed) inside the message `p` was placing: its receive
   // goes back as if the message had never come.
   virtual void unplace(Placement* p) = 0;
-  // After place() refused: true when only a full completion queue stood in the way, which no
-  // post will change, so the connection retries at every progress round.
+  // After place() refused: true when only a full completion queue stood in the way. The owner
+  // resumes the connection once the queue has room, as it does one refused for want of a
+  // receive once one is posted (Connection::resume); nothing retries meanwhile, and a stalled
+  // connection listens only for its peer's leaving. A datagram (Datagram) refused with false
+  // is dropped.
   virtual bool take_retry() = 0;
+  // RDM listener: whether the owner holds anything through open connection `c` that closing
+  // it would lose: a delivery acknowledgement it owes through it, a thread that borrowed it.
+  // False lets the listener close an idle `c` to make room for another (FI_FABQ_INBOUND_MAX);
+  // its peer connects anew at its next send.
+  virtual bool holds(const Connection* c) = 0;
 
   // RDM: connection `c`, accepted by the owner's listener, is up, and `name` is what its peer
   // announced (the peer endpoint's listening address). The owner may submit its own sends to
@@ -524,11 +540,11 @@ class Membership {
 // Owner's deliver() (Incoming: kMsg, `from` the sender's address, `multicast` when it came to a
 // joined group, `via` null), called by the thread that moves the bytes, holding the engine
 // lock. One the owner refuses (deliver() false) waits if take_retry() then says only a full CQ
-// stood in the way: it is offered again at every progress round, and nothing more is read from
-// the socket meanwhile. Refused otherwise (no receive and no room to buffer it) it is dropped,
-// as a full socket buffer drops one; so is one that is not fabq's or is damaged. Any thread may
-// call send() and join(). Destroying it takes the engine lock and ends its upcalls; its
-// memberships must be destroyed first.
+// stood in the way: nothing more is read from the socket (or its memberships') until the owner
+// calls resume(), once the CQ has room, and it is offered again. Refused otherwise (no receive and
+// no room to buffer it) it is dropped, as a full socket buffer drops one; so is one that is not
+// fabq's or is damaged. Any thread may call send() and join(). Destroying it takes the engine lock
+// and ends its upcalls; its memberships must be destroyed first.
 //
 // With a shared secret (open_datagram()'s `auth`) every datagram it sends, to an endpoint or a
 // group, is authenticated (xport/dgram_wire.h: a MAC over its header, its payload and both
@@ -555,6 +571,9 @@ class Datagram {
   // is sent there. Null with *err: -FI_EINVAL (not a multicast address, or port 0),
   // -FI_EADDRINUSE, -FI_EADDRNOTAVAIL (no interface to join it on), -FI_EIO.
   virtual std::unique_ptr<Membership> join(const sockaddr_in& group, int* err) = 0;
+  // The datagram that waits for room (take_retry()) is offered again at the next progress
+  // round. Takes only the engine's scheduling lock (a leaf): any thread, under any lock.
+  virtual void resume() = 0;
 };
 
 // An RDM endpoint's listening socket. Every connection it accepts is another endpoint's
@@ -598,6 +617,10 @@ class Transport {
   // A thread is about to block on a queue of this fabric / has stopped blocking.
   virtual void begin_wait() = 0;
   virtual void end_wait() = 0;
+  // A progress round (and the after_round call after it) soon: wakes the progress thread if
+  // somebody waits; otherwise the next progress() is that round. Takes no lock: any thread,
+  // under any lock.
+  virtual void wake() = 0;
   // A fresh connection of `owner`, for connect().
   virtual std::unique_ptr<Connection> make_connection(Owner* owner, const ConnParams& params) = 0;
   // An RDM endpoint's listener at `at` (port 0: one the kernel picks). Null with *err set

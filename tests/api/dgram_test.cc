@@ -4,6 +4,7 @@
 // twice or in the wrong buffer; completions, counters and sources as for RDM.
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
+#include <sys/resource.h>
 
 #include <cstring>
 #include <set>
@@ -190,6 +191,47 @@ TEST_F(Dgram, DatagramsWhoseReceiveFindsTheCqFullWaitUntilTheApplicationReadsIt)
   // was read (the progress thread may be the one completing it).
   EXPECT_EQ(fi_cntr_wait(b->rx_cntr, kMsgs, kDgramWaitMs), 0);
   EXPECT_EQ(fi_cntr_read(b->rx_cntr), static_cast<uint64_t>(kMsgs));
+}
+
+// CPU time of this process (all its threads), in milliseconds.
+int64_t cpu_ms() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000 +
+         (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000;
+}
+
+// ... and waits for the CQ's room, not in a loop: while the application sleeps in fi_cq_sread
+// on another CQ, the progress thread costs next to nothing; the datagram is delivered as soon
+// as the application reads the full CQ.
+TEST_F(Dgram, ADatagramWaitingForRoomInTheCqCostsNoCpuAndGoesOnOnceTheCqIsRead) {
+  DgramEp* a = open_ep();
+  DgramEp* b = open_ep({.counters = true, .cq_size = 2});
+  constexpr int kMsgs = 4;
+  char rx[kMsgs][8] = {};
+  for (auto& r : rx) ASSERT_EQ(post_recv(b, r, sizeof(r), r), 0);
+  for (int i = 0; i < kMsgs; ++i) {
+    const std::string m = "m" + std::to_string(i);
+    ASSERT_EQ(fi_inject(a->ep, m.c_str(), m.size() + 1, b->addr), 0);  // no completion at a
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (std::chrono::steady_clock::now() < deadline) (void)fi_cntr_read(b->rx_cntr);
+  const uint64_t before = fi_cntr_read(b->rx_cntr);
+  ASSERT_GE(before, 2u);
+  ASSERT_LT(before, static_cast<uint64_t>(kMsgs));
+  const int64_t cpu0 = cpu_ms();
+  fi_cq_data_entry e{};
+  EXPECT_EQ(fi_cq_sread(a->cq, &e, 1, nullptr, 1000), -FI_EAGAIN);
+  const int64_t spent = cpu_ms() - cpu0;
+  RecordProperty("cpu_ms_while_blocked_1000_ms", static_cast<int>(spent));
+  EXPECT_LT(spent, 100) << "ms of CPU in 1000 ms while a datagram waited for the CQ";
+  std::set<std::string> got;
+  for (int i = 0; i < kMsgs; ++i) {
+    ASSERT_EQ(wait_cq(b->cq, &e, nullptr, nullptr, 500), 1)
+        << i << " of " << kMsgs << ": not delivered once the CQ was read";
+    got.insert(static_cast<const char*>(e.buf));
+  }
+  EXPECT_EQ(got.size(), static_cast<size_t>(kMsgs));
 }
 
 TEST_F(Dgram, ABlockingReadWakesWhenADatagramArrives) {

@@ -22,6 +22,8 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <array>
+#include <cstring>
 #include <vector>
 
 #include "fabq/fi_fabq.h"
@@ -512,6 +514,379 @@ TEST(HostilePeer, ClosingAnRdmEndpointWhileAPeerIsInsideAMessageResumesNoClosedC
   ASSERT_TRUE(earlier.send_all(encode(Header{.op = kTagged, .length = 64, .tag = 7}) +
                                std::string(64, 'y')));
   for (auto t0 = Clock::now(); ms_since(t0) < 200;) r.progress();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Strangers that hold descriptors and buffers.
+
+// The request of a raw peer that connects as an RDM endpoint named 127.0.0.1:`port` would.
+std::string rdm_request(const Rdm& r, uint16_t port) {
+  sockaddr_in me = r.address();
+  me.sin_port = htons(port);
+  return conn_req(std::string(reinterpret_cast<char*>(&me), sizeof(me)));
+}
+
+// Answers, on each of `fds` that has one, the kConnAccept of `r` with kConnReady, while
+// progressing `r`, until every one of them answered (or closed) or timeout_ms passed. Returns
+// how many were accepted; those that closed are set to -1 (and closed here).
+int finish_handshakes(Side* r, std::vector<int>& fds, int timeout_ms = kTimeoutMs) {
+  std::vector<bool> done(fds.size());
+  int accepted = 0;
+  size_t left = fds.size();
+  for (const auto t0 = Clock::now(); left > 0 && ms_since(t0) < timeout_ms;) {
+    if (r != nullptr) {
+      r->progress();
+    } else {
+      usleep(1000);
+    }
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (done[i] || fds[i] < 0) continue;
+      unsigned char h[kHeaderSize];
+      const ssize_t n = recv(fds[i], h, sizeof(h), MSG_DONTWAIT | MSG_PEEK);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      done[i] = true;
+      --left;
+      if (n == static_cast<ssize_t>(sizeof(h)) && h[3] == kConnAccept) {
+        (void)recv(fds[i], h, sizeof(h), MSG_DONTWAIT);
+        const std::string ready = encode(Header{.op = kConnReady});
+        if (send(fds[i], ready.data(), ready.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(ready.size())) {
+          ++accepted;
+          continue;
+        }
+      }
+      close(fds[i]);  // refused, closed, or not fabq's answer
+      fds[i] = -1;
+    }
+  }
+  return accepted;
+}
+
+// `n` raw peers connected to `r` as RDM endpoints would, named 127.0.0.1:first..first+n-1 (so
+// that each is a peer of its own), their handshakes done; their sockets are appended to *fds.
+bool rdm_strangers(Rdm& r, int n, uint16_t first, std::vector<int>* fds) {
+  std::vector<int> mine;
+  for (int i = 0; i < n; ++i) {
+    const int fd = dial_raw(ntohs(r.address().sin_port));
+    if (fd < 0) {
+      ADD_FAILURE() << "connect: " << std::strerror(errno);
+      close_all(mine);
+      return false;
+    }
+    mine.push_back(fd);
+    const std::string req = rdm_request(r, static_cast<uint16_t>(first + i));
+    if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+      ADD_FAILURE() << "send: " << std::strerror(errno);
+      close_all(mine);
+      return false;
+    }
+  }
+  const int accepted = finish_handshakes(&r, mine);
+  fds->insert(fds->end(), mine.begin(), mine.end());
+  EXPECT_EQ(accepted, n) << "strangers whose handshake ended";
+  return accepted == n;
+}
+
+// Sends one whole tagged message of `len` bytes on a raw socket.
+bool send_tagged(int fd, uint64_t tag, size_t len, char fill = 'x') {
+  const std::string frame =
+      encode(Header{.op = kTagged, .length = static_cast<uint32_t>(len), .tag = tag}) +
+      std::string(len, fill);
+  return send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(frame.size());
+}
+
+// Whether a message with `tag` is buffered at `s` now: one FI_PEEK.
+bool buffered(Side& s, uint64_t tag) {
+  fi_context2 ctx;
+  fi_msg_tagged m{.addr = FI_ADDR_UNSPEC, .tag = tag, .context = &ctx};
+  const ssize_t rc = s.retry([&] { return fi_trecvmsg(s.ep(), &m, FI_PEEK | FI_COMPLETION); });
+  if (rc != 0) {
+    ADD_FAILURE() << "fi_trecvmsg(FI_PEEK): " << fi_strerror(static_cast<int>(-rc));
+    return false;
+  }
+  const Completion c = s.next_for(&ctx);
+  if (c.rc == -FI_EAVAIL && c.err.err == FI_ENOMSG) return false;
+  EXPECT_EQ(c.rc, 1) << cq_str(c);
+  return c.rc == 1;
+}
+
+// Progresses `s` for ms milliseconds.
+void progress_for(Side& s, int ms) {
+  for (const auto t0 = Clock::now(); ms_since(t0) < ms;) s.progress();
+}
+
+// A message nobody receives holds neither the closed connection it came through nor that
+// connection's descriptor: 300 strangers each leave a 4-byte tagged message nobody wants and
+// go, and every descriptor comes back. The messages stay, for receives to come.
+TEST(HostilePeer, ClosedConnectionsWhoseMessagesNobodyReceivedGiveBackTheirDescriptors) {
+  SKIP_UNLESS_FABQ();
+  constexpr int kStrangers = 300;
+  constexpr uint64_t kTag = 0x5eed0000;
+  Rdm r;
+  ASSERT_TRUE(r.ok());
+  const int baseline = open_fds();
+  std::vector<int> fds;
+  ASSERT_TRUE(rdm_strangers(r, kStrangers, 20000, &fds));
+  for (int i = 0; i < kStrangers; ++i) ASSERT_TRUE(send_tagged(fds[i], kTag + i, 4));
+  close_all(fds);
+  EXPECT_TRUE(progress_until(
+      r, [&] { return open_fds() <= baseline; }, 3000))
+      << open_fds() - baseline << " descriptors still held";
+  char buf[8] = {};
+  ASSERT_EQ(r.trecv(buf, sizeof(buf), kTag + 7, buf), 0);
+  const Completion c = r.next_for(buf);
+  ASSERT_EQ(c.rc, 1) << cq_str(c);
+  EXPECT_EQ(std::string(buf, 4), "xxxx");
+}
+
+// A connection whose message waits for room (no receive takes it, and the buffer's bounds are
+// reached) keeps what its peer sent, and its descriptor, until a receive comes, even after its
+// peer left (in CLOSE_WAIT); but when the endpoint needs room for another connection, one whose
+// peer left is the first to go after the idle ones. So strangers that each leave a message to
+// wait and go hold no more than FI_FABQ_INBOUND_MAX descriptors, and a peer still gets in.
+TEST(HostilePeer, ConnectionsWaitingForRoomWhosePeersLeftHoldNoMoreThanTheInboundBound) {
+  SKIP_UNLESS_FABQ();
+  setenv("FI_FABQ_UNEXPECTED_BYTES", "1024", 1);  // one message of 600 bytes fits
+  setenv("FI_FABQ_INBOUND_MAX", "8", 1);
+  constexpr int kStrangers = 50;
+  Rdm r;
+  ASSERT_TRUE(r.ok());
+  const int baseline = open_fds();
+  for (int i = 0; i < kStrangers; ++i) {
+    std::vector<int> one;
+    ASSERT_TRUE(rdm_strangers(r, 1, static_cast<uint16_t>(20000 + i), &one));
+    ASSERT_TRUE(send_tagged(one[0], 1, 600, static_cast<char>('a' + i % 26)));
+    progress_for(r, 5);  // the first is buffered, the others wait for room
+    close_all(one);
+  }
+  progress_for(r, 200);
+  EXPECT_LE(open_fds() - baseline, 8) << "descriptors held for " << kStrangers << " strangers";
+  // A peer still gets in, and its message reaches the receive posted for it.
+  char hello[8] = {};
+  ASSERT_EQ(r.trecv(hello, sizeof(hello), 9, hello), 0);
+  std::vector<int> late;
+  ASSERT_TRUE(rdm_strangers(r, 1, 21000, &late));
+  ASSERT_TRUE(send_tagged(late[0], 9, 4));
+  const Completion h = r.next_for(hello);
+  ASSERT_EQ(h.rc, 1) << cq_str(h);
+  close_all(late);
+  // The message that found room is still there.
+  char buf[600] = {};
+  ASSERT_EQ(r.trecv(buf, sizeof(buf), 1, buf), 0);
+  const Completion c = r.next_for(buf);
+  ASSERT_EQ(c.rc, 1) << cq_str(c);
+  EXPECT_EQ(c.entry.len, 600u);
+  EXPECT_EQ(buf[0], 'a');
+}
+
+// An RDM endpoint holds at most FI_FABQ_INBOUND_MAX connections up from peers that connected
+// to it; one that comes up beyond the bound takes the place of the least recently active that
+// holds nothing in flight, whose peer connects anew at its next send.
+TEST(HostilePeer, AtTheInboundBoundANewConnectionReplacesTheLeastRecentlyActiveIdleOne) {
+  SKIP_UNLESS_FABQ();
+  setenv("FI_FABQ_INBOUND_MAX", "8", 1);
+  Rdm r;
+  ASSERT_TRUE(r.ok());
+  const int baseline = open_fds();
+  std::vector<int> held;
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(rdm_strangers(r, 1, static_cast<uint16_t>(20000 + i), &held));
+    progress_for(r, 5);  // one after the other
+  }
+  // The first one is the oldest, but a message (which a receive takes) makes it the most
+  // recently active: the second is the one to go.
+  char buf[8] = {};
+  ASSERT_EQ(r.trecv(buf, sizeof(buf), 3, buf), 0);
+  ASSERT_TRUE(send_tagged(held[0], 3, 4));
+  ASSERT_EQ(r.next_for(buf).rc, 1);
+  EXPECT_EQ(open_fds(), baseline + 8 + 8);  // each stranger's socket and fabq's
+  std::vector<int> late;
+  ASSERT_TRUE(rdm_strangers(r, 1, 21000, &late));
+  progress_for(r, 100);  // it comes up, one more than the bound
+  std::vector<int> second{held[1]};
+  EXPECT_EQ(wait_closed(second, 2000), 1) << "the least recently active idle one was closed";
+  held[1] = second[0];
+  std::vector<int> first{held[0]};
+  EXPECT_EQ(wait_closed(first, 200), 0) << "the one that spoke last stays";
+  EXPECT_TRUE(progress_until(
+      r, [&] { return open_fds() <= baseline + 8 + 8; }, 2000))
+      << open_fds() - baseline << " descriptors: 8 fabq's and 8 strangers' expected";
+  // Strangers beyond the bound never make it hold more.
+  std::vector<int> flood;
+  for (int i = 0; i < 32; ++i) {
+    const int fd = dial_raw(ntohs(r.address().sin_port));
+    ASSERT_GE(fd, 0);
+    flood.push_back(fd);
+    const std::string req = rdm_request(r, static_cast<uint16_t>(22000 + i));
+    ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  }
+  finish_handshakes(&r, flood, 2000);
+  progress_for(r, 100);
+  int strangers = 0;
+  for (const auto* v : {&held, &late, &flood}) {
+    for (int fd : *v) strangers += fd >= 0;
+  }
+  EXPECT_LE(open_fds() - baseline - strangers, 8) << "fabq's descriptors";
+  close_all(held);
+  close_all(late);
+  close_all(flood);
+}
+
+// The attack as it came: strangers take every descriptor a process has (here few: a low
+// RLIMIT_NOFILE), so that its listener can accept no one and a legitimate peer's send fails
+// with FI_ETIMEDOUT. Connections beyond half the descriptor limit replace idle ones instead,
+// and the peer's message arrives.
+TEST(HostilePeer, StrangersHoldingConnectionsCannotKeepAPeerFromSending) {
+  SKIP_UNLESS_FABQ();
+  setenv("FI_FABQ_CONNECT_TIMEOUT_MS", "3000", 1);
+  constexpr int kStrangers = 200;
+  Peer peers([](Link& link) {
+    sockaddr_in target{};
+    ASSERT_TRUE(link.get(&target, sizeof(target)));
+    std::vector<int> fds;
+    for (int i = 0; i < kStrangers; ++i) {
+      const int fd = dial_raw(ntohs(target.sin_port));
+      ASSERT_GE(fd, 0);
+      fds.push_back(fd);
+      sockaddr_in me = target;
+      me.sin_port = htons(static_cast<uint16_t>(20000 + i));
+      const std::string req = conn_req(std::string(reinterpret_cast<char*>(&me), sizeof(me)));
+      ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    }
+    const int accepted = finish_handshakes(nullptr, fds, 2000);
+    ASSERT_TRUE(link.put_u64(static_cast<uint64_t>(accepted)));
+    ASSERT_TRUE(link.wait('s'));
+    {
+      Rdm legit;
+      ASSERT_TRUE(legit.ok());
+      const fi_addr_t to = legit.insert(target);
+      const char msg[] = "hello";
+      ASSERT_EQ(legit.tsend(msg, sizeof(msg), to, 9, nullptr), 0);
+      const Completion c = legit.next_for(nullptr, 6000);
+      EXPECT_EQ(c.rc, 1) << cq_str(c);
+      ASSERT_TRUE(link.signal('d'));
+      legit.await(link, 'x');
+    }
+    close_all(fds);
+  });
+  Rdm r;
+  ASSERT_TRUE(r.ok());
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(open_fds() + 64);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  ASSERT_TRUE(r.tell(peers.link()));
+  ASSERT_TRUE(progress_until_readable(r, peers.link()));
+  uint64_t accepted = 0;
+  ASSERT_TRUE(peers.link().get_u64(&accepted));
+  RecordProperty("strangers_accepted", static_cast<int>(accepted));
+  char buf[16] = {};
+  ASSERT_EQ(r.trecv(buf, sizeof(buf), 9, buf), 0);
+  ASSERT_TRUE(peers.link().signal('s'));
+  const Completion c = r.next_for(buf, 8000);
+  ASSERT_EQ(c.rc, 1) << cq_str(c);
+  EXPECT_STREQ(buf, "hello");
+  EXPECT_TRUE(r.await(peers.link(), 'd'));
+  ASSERT_TRUE(peers.link().signal('x'));
+  EXPECT_EQ(peers.join(&r), 0);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+}
+
+// One peer cannot take the whole of an endpoint's buffer for messages that came before their
+// receive: its share is FI_FABQ_UNEXPECTED_PEER_BYTES (each message counted with its
+// bookkeeping), beyond which it waits and the others' messages are still buffered.
+TEST(HostilePeer, OnePeerCannotFillTheBufferOtherPeersMessagesNeed) {
+  SKIP_UNLESS_FABQ();
+  setenv("FI_FABQ_UNEXPECTED_BYTES", "16384", 1);
+  setenv("FI_FABQ_UNEXPECTED_PEER_BYTES", "8192", 1);  // six 1024-byte messages
+  Rdm r;
+  ASSERT_TRUE(r.ok());
+  std::vector<int> fds;
+  ASSERT_TRUE(rdm_strangers(r, 2, 20000, &fds));
+  // Without the share, its first 16 would fill the endpoint's 16 KiB.
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(send_tagged(fds[0], 1, 1024));
+  progress_for(r, 200);
+  ASSERT_TRUE(send_tagged(fds[1], 2, 100));
+  bool found = false;
+  for (const auto t0 = Clock::now(); !found && ms_since(t0) < 1000;) {
+    progress_for(r, 20);
+    found = buffered(r, 2);
+  }
+  EXPECT_TRUE(found) << "the second peer's message was not buffered";
+  // The first peer's messages all arrive as receives take them.
+  std::vector<std::array<char, 1024>> bufs(40);
+  for (auto& b : bufs) ASSERT_EQ(r.trecv(b.data(), b.size(), 1, b.data()), 0);
+  for (auto& b : bufs) ASSERT_EQ(r.next_for(b.data()).rc, 1);
+  close_all(fds);
+}
+
+// Nor can peers of one endpoint take the buffer of every other endpoint of the fabric: all of
+// them together buffer at most FI_FABQ_UNEXPECTED_TOTAL_BYTES, and a message that found no
+// room is buffered once receives elsewhere free some.
+TEST(HostilePeer, TheEndpointsOfAFabricBufferAtMostTheTotalAndGoOnWhenItFrees) {
+  SKIP_UNLESS_FABQ();
+  setenv("FI_FABQ_UNEXPECTED_TOTAL_BYTES", "8192", 1);  // six 1000-byte messages
+  Rdm r;
+  ASSERT_TRUE(r.ok());
+  Side other(rdm_options(), &r);
+  ASSERT_TRUE(other.open());
+  std::vector<int> to_r, to_other;
+  ASSERT_TRUE(rdm_strangers(r, 1, 20000, &to_r));
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(send_tagged(to_r[0], 1, 1000));
+  progress_for(r, 200);
+  RawConnection raw;
+  ASSERT_TRUE(raw.connect_to(ntohs(other.address().sin_port)));
+  sockaddr_in me = other.address();
+  me.sin_port = htons(21000);
+  ASSERT_TRUE(raw.send_all(conn_req(std::string(reinterpret_cast<char*>(&me), sizeof(me)))));
+  progress_for(other, 200);
+  unsigned char h[kHeaderSize];
+  ASSERT_TRUE(raw.recv_exact(h, sizeof(h)));
+  ASSERT_EQ(h[3], kConnAccept);
+  ASSERT_TRUE(raw.send_all(encode(Header{.op = kConnReady})));
+  ASSERT_TRUE(send_tagged(raw.fd(), 2, 100));
+  progress_for(other, 200);
+  EXPECT_FALSE(buffered(other, 2)) << "buffered beyond the fabric's total";
+  // r's messages are received: the room they free goes to the one waiting at `other`.
+  std::vector<std::array<char, 1000>> bufs(7);
+  for (auto& b : bufs) ASSERT_EQ(r.trecv(b.data(), b.size(), 1, b.data()), 0);
+  for (auto& b : bufs) ASSERT_EQ(r.next_for(b.data()).rc, 1);
+  bool found = false;
+  for (const auto t0 = Clock::now(); !found && ms_since(t0) < 2000;) {
+    progress_for(other, 20);
+    found = buffered(other, 2);
+  }
+  EXPECT_TRUE(found) << "the waiting message was not buffered once there was room";
+  close_all(to_r);
+}
+
+// With a shared secret, a stranger never gets past the handshake: what it can hold is bounded
+// by the backlog (FI_FABQ_CM_BACKLOG) and the connect timeout, whatever FI_FABQ_INBOUND_MAX is.
+TEST(HostilePeer, StrangersWithoutTheSecretAreHeldNoMoreThanTheBacklog) {
+  SKIP_UNLESS_FABQ();
+  setenv("FI_FABQ_CM_BACKLOG", "8", 1);
+  Rdm r("the secret");
+  ASSERT_TRUE(r.ok());
+  const int baseline = open_fds();
+  std::vector<int> fds;
+  for (int i = 0; i < 40; ++i) {
+    const int fd = dial_raw(ntohs(r.address().sin_port));
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+    // A request that asks to be authenticated (its nonce last), then no proof.
+    sockaddr_in me = r.address();
+    me.sin_port = htons(static_cast<uint16_t>(20000 + i));
+    const std::string name(reinterpret_cast<char*>(&me), sizeof(me));
+    const std::string req =
+        encode(Header{
+            .op = kConnReq, .flags = kAuth, .length = static_cast<uint32_t>(name.size() + 16)}) +
+        name + std::string(16, 'n');
+    ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  }
+  progress_for(r, 300);
+  EXPECT_EQ(open_fds() - baseline - 40, 8) << "fabq's descriptors for strangers in handshake";
+  close_all(fds);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 // -FI_EAGAIN, both processes stay bounded in memory, and everything arrives once the receiver
 // posts; a post that would need a slot in a full CQ gives -FI_EAGAIN and no completion is lost.
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 
 #include <atomic>
@@ -23,6 +24,14 @@
 
 namespace fabq::testing {
 namespace {
+
+// CPU time of this process (all its threads), in milliseconds.
+int64_t cpu_ms() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000 +
+         (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000;
+}
 
 // A blocked thread's wait must be longer than the time the test needs to see it asleep and
 // let the peer act; a woken one must wake well before it.
@@ -548,6 +557,58 @@ TEST(MsgProgress, MoreReceivesThanTheCqHoldsAllCompleteInOrderAsTheCqIsRead) {
     EXPECT_EQ(c.entry.op_context, &ctx[i]);
     EXPECT_EQ(std::string(bufs[i].data(), 16), pattern(16, static_cast<unsigned>(i)));
   }
+  client.link().signal('x');
+  EXPECT_EQ(client.join(&s), 0);
+}
+
+// A message whose receive finds the receive CQ full waits for the CQ's room, not in a loop:
+// while the application sleeps in fi_cq_sread on another CQ, the progress thread (which runs
+// because somebody waits) costs next to nothing, and the message is delivered as soon as the
+// application reads the full CQ.
+TEST(MsgProgress, AMessageWaitingForRoomInTheReceiveCqCostsNoCpuAndGoesOnOnceTheCqIsRead) {
+  Peer client([](Link& link) {
+    Side c;
+    if (!c.dial(link) || !c.await(link, 'r')) return;
+    std::vector<std::string> msgs(kSmallCq + 1);
+    std::vector<fi_context2> ctx(msgs.size());
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      msgs[i] = pattern(16, static_cast<unsigned>(i));
+      ASSERT_EQ(c.send(msgs[i].data(), msgs[i].size(), &ctx[i]), 0);
+    }
+    for (size_t i = 0; i < msgs.size(); ++i) ASSERT_EQ(c.next_tx().rc, 1);
+    link.signal('s');
+    c.await(link, 'x');
+  });
+  Side s(Options{.cq_size = kSmallCq});
+  ASSERT_TRUE(s.serve(client.link()));
+  std::vector<std::array<char, 64>> bufs(kSmallCq + 1);
+  std::vector<fi_context2> ctx(bufs.size());
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    ASSERT_EQ(fi_recv(s.ep(), bufs[i].data(), 64, nullptr, FI_ADDR_UNSPEC, &ctx[i]), 0);
+  }
+  ASSERT_TRUE(client.link().signal('r'));
+  ASSERT_TRUE(client.link().wait('s'));
+  // Reading the transmit CQ (empty) drives progress: the first kSmallCq messages fill the
+  // receive CQ, and the last one finds it full.
+  for (const auto t0 = Clock::now(); ms_since(t0) < 200;) {
+    fi_cq_tagged_entry e;
+    (void)fi_cq_read(s.tx_cq(), &e, 1);
+  }
+  const int64_t cpu0 = cpu_ms();
+  fi_cq_tagged_entry entry;
+  EXPECT_EQ(fi_cq_sread(s.tx_cq(), &entry, 1, nullptr, 1000), -FI_EAGAIN);
+  const int64_t spent = cpu_ms() - cpu0;
+  RecordProperty("cpu_ms_while_blocked_1000_ms", static_cast<int>(spent));
+  EXPECT_LT(spent, 100) << "ms of CPU in 1000 ms while a message waited for the receive CQ";
+  // The application reads the full CQ: the waiting message takes the room at once.
+  std::array<fi_cq_tagged_entry, kSmallCq> full;
+  ASSERT_EQ(fi_cq_read(s.rx_cq(), full.data(), full.size()), static_cast<ssize_t>(kSmallCq));
+  const auto read_at = Clock::now();
+  const ssize_t n = fi_cq_sread(s.rx_cq(), &entry, 1, nullptr, 2000);
+  ASSERT_EQ(n, 1) << fi_strerror(static_cast<int>(-n));
+  EXPECT_LT(ms_since(read_at), 500);
+  EXPECT_EQ(entry.op_context, &ctx[kSmallCq]);
+  EXPECT_EQ(std::string(bufs[kSmallCq].data(), 16), pattern(16, kSmallCq));
   client.link().signal('x');
   EXPECT_EQ(client.join(&s), 0);
 }

@@ -407,6 +407,8 @@ class FakeOwner final : public Owner {
     return true;
   }
 
+  bool holds(const Connection*) override { return false; }
+
   bool take_retry() override {
     std::lock_guard lock(mu_);
     ++retries_asked_;
