@@ -115,6 +115,10 @@ constexpr Expected kParams[] = {
     {"FI_FABQ_SHM_SHARE_MIN", "shm_share_min", "262144"},
     {"FI_FABQ_SHM_ADAPT", "shm_adapt", "1"},
     {"FI_FABQ_RMA_READ_PIECE", "rma_read_piece", "65536"},
+    {"FI_FABQ_INBOUND_MAX", "inbound_max", "1024"},
+    {"FI_FABQ_UNEXPECTED_PEER_BYTES", "unexpected_peer_bytes", "4194304"},
+    {"FI_FABQ_UNEXPECTED_TOTAL_BYTES", "unexpected_total_bytes", "134217728"},
+    {"FI_FABQ_DGRAM_SENDERS", "dgram_senders", "1024"},
 };
 
 // libfabric 1.17 names parameters "FI_<PROV>_<NAME>" in upper case; accept the
