@@ -248,10 +248,10 @@ struct Incoming {
   // kReadResp: a piece of an answer (wire.h): its bytes go at `offset` of the result, and
   // `more` pieces follow. The connection checks that the pieces of one answer come in order
   // and without a gap; the owner checks them against the request's length.
-  uint64_t offset = 0;
   bool more = false;
   // A datagram (Datagram) that came to a multicast group the owner joined (FI_MULTICAST).
   bool multicast = false;
+  uint64_t offset = 0;  // kReadResp: see `more`
 };
 
 // The initiator's side of a direct request: its buffers stay in its own address space (a peer
