@@ -464,20 +464,13 @@ template <class Source>
 int Av::insert_batch(size_t count, Source source, fi_addr_t* fi_addr, uint64_t flags, void* context,
                      Eq* eq) {
   int* sync_err = (flags & FI_SYNC_ERR) != 0 ? static_cast<int*>(context) : nullptr;
-  // FI_EVENT: the call's events (an error entry per failed address, then FI_AV_COMPLETE) get
-  // their slots before anything is inserted, so an EQ without that room fails the call with
-  // nothing inserted instead of overrunning. A call with more addresses than the EQ holds
-  // promises itself the whole EQ; what its failures need beyond that is written as it comes.
-  size_t promised = 0;
+  // FI_EVENT: the call's FI_AV_COMPLETE gets its slot before anything is inserted, so an EQ
+  // without room fails the call with nothing inserted instead of overrunning. Error entries (one
+  // per failed address) are written as they come: reserving a slot for each address the call
+  // might fail would hold room other events need for as long as the call runs.
   if (eq != nullptr) {
-    promised = std::min(count + 1, eq->queue().capacity());
-    if (core::Status s = eq->queue().reserve(promised); !s.ok()) return s.to_fi();
+    if (core::Status s = eq->queue().reserve(1); !s.ok()) return s.to_fi();
   }
-  auto promise = [&promised]() {
-    if (promised == 0) return false;
-    --promised;
-    return true;
-  };
   size_t inserted = 0;
   {
     // One lock for the whole call: its indices are consecutive, in the order of its addresses.
@@ -504,9 +497,7 @@ int Av::insert_batch(size_t count, Source source, fi_addr_t* fi_addr, uint64_t f
       } else if (eq != nullptr) {
         // The EQ's writers are lock-free and never block: safe under mu_.
         core::EqError e{.fid = &box_.fid.fid, .context = context, .data = i, .err = err};
-        const core::Status w =
-            promise() ? eq->queue().write_error_reserved(e) : eq->queue().write_error(e);
-        if (!w.ok()) {
+        if (!eq->queue().write_error(e).ok()) {
           FABQ_WARN(FI_LOG_AV, "AV insert error entry not written: the EQ is overrun\n");
         }
       }
@@ -517,11 +508,9 @@ int Av::insert_batch(size_t count, Source source, fi_addr_t* fi_addr, uint64_t f
   done.fid = &box_.fid.fid;
   done.context = context;
   done.data = inserted;
-  const bool written = promise()
-                           ? eq->queue().write_reserved(FI_AV_COMPLETE, &done, sizeof(done)).ok()
-                           : eq->queue().write(FI_AV_COMPLETE, &done, sizeof(done)).ok();
-  if (!written) FABQ_WARN(FI_LOG_AV, "FI_AV_COMPLETE not written: the EQ is overrun\n");
-  if (promised != 0) eq->queue().cancel_reservation(promised);
+  if (!eq->queue().write_reserved(FI_AV_COMPLETE, &done, sizeof(done)).ok()) {
+    FABQ_WARN(FI_LOG_AV, "FI_AV_COMPLETE not written: the EQ is overrun\n");
+  }
   return 0;
 }
 

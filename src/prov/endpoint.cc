@@ -93,9 +93,10 @@ bool answer_fits(const xport::TxOp& op, const xport::Incoming& in) {
   return in.more || in.offset + in.len == op.result_len;
 }
 
+// The lengths' sum of buffers valid_buffers() accepted (so it does not wrap).
 size_t total_len(const iovec* iov, size_t count) {
   size_t len = 0;
-  for (size_t i = 0; i < count; ++i) len += iov[i].iov_len;
+  (void)iov_total(iov, count, &len);
   return len;
 }
 
@@ -1130,6 +1131,10 @@ ssize_t Endpoint::post_payload(const SendRequest& req) {
   {
     core::MutexLock lock(mu_);
     if (!enabled_ || failed_) return -FI_EOPBADSTATE;
+    // FI_FENCE: a target copies a read longer than a piece as its answer leaves (xport/wire.h),
+    // so what it applies meanwhile could change what that read returns. A fenced operation is
+    // not posted before such reads of this endpoint have completed.
+    if ((req.flags & FI_FENCE) != 0 && long_read_pending_locked()) return -FI_EAGAIN;
     tx_cq = tx_cq_;
     if (!rdm_) {
       conn = conn_.get();
@@ -1644,6 +1649,15 @@ bool Endpoint::place_answer_locked(const Incoming& in, Placement* p) {
   p->iov_count = op->result_count;
   p->capacity = static_cast<size_t>(in.offset) + in.len;
   return true;
+}
+
+bool Endpoint::long_read_pending_locked() {
+  const size_t piece = params().rma_read_piece;
+  for (size_t i = 0; i < tx_ring_.size(); ++i) {
+    const TxOp* op = tx_ring_.taken(i);
+    if (op != nullptr && op->kind == TxKind::kRead && op->result_len > piece) return true;
+  }
+  return false;
 }
 
 bool Endpoint::grants(uint64_t remote_access) const {

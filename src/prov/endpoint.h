@@ -92,6 +92,16 @@ struct EpContext {
   uint32_t index = 0;
 };
 
+// The sum of the `count` buffers' lengths in *total; false (and *total unspecified) when it
+// wraps the address space.
+inline bool iov_total(const iovec* iov, size_t count, size_t* total) {
+  *total = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (__builtin_add_overflow(*total, iov[i].iov_len, total)) return false;
+  }
+  return true;
+}
+
 // Whether the `count` buffers are ones the application could have: each no bytes, or some at an
 // address, and all of them together fewer than the address space holds. A null address with a
 // length would be written to (or read from) only when a message moves, far from the call; lengths
@@ -99,12 +109,11 @@ struct EpContext {
 // their buffers with it.
 inline bool valid_buffers(const iovec* iov, size_t count) {
   if (count > 0 && iov == nullptr) return false;
-  size_t total = 0;
   for (size_t i = 0; i < count; ++i) {
     if (iov[i].iov_base == nullptr && iov[i].iov_len > 0) return false;
-    if (__builtin_add_overflow(total, iov[i].iov_len, &total)) return false;
   }
-  return true;
+  size_t total = 0;
+  return iov_total(iov, count, &total);
 }
 
 using xport::TxKind;
@@ -459,6 +468,8 @@ class Endpoint final : public Object, public AsyncTarget, public xport::Owner {
   // Whether the endpoint lets peers read / write its domain's regions (FI_REMOTE_READ /
   // FI_REMOTE_WRITE among its capabilities, or FI_RMA/FI_ATOMIC with neither named).
   bool grants(uint64_t remote_access) const;
+  // Whether a read longer than FI_FABQ_RMA_READ_PIECE is outstanding (FI_FENCE waits for it).
+  bool long_read_pending_locked() FABQ_REQUIRES(mu_);
   // A peer's one-sided request was refused: on an MSG endpoint, the access error of its queue
   // pair (FI_FABQ_EVENT_EP_ACCESS_ERR, which fails the endpoint as verbs fails the QP); on RDM
   // a warning, since one peer must not bring down an endpoint every other peer shares.

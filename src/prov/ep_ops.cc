@@ -40,12 +40,10 @@ constexpr uint64_t kCntrBindFlags =
 bool take_iov(PostedRecv* r, const iovec* iov, size_t count, size_t limit) {
   if (count > limit || count > kMaxIov || (count > 0 && iov == nullptr)) return false;
   r->iov_count = count;
-  r->len = 0;
   for (size_t i = 0; i < count; ++i) {
     r->iov[i] = iov[i].iov_base != nullptr ? iov[i] : iovec{nullptr, 0};
-    if (__builtin_add_overflow(r->len, r->iov[i].iov_len, &r->len)) return false;
   }
-  return true;
+  return iov_total(r->iov, count, &r->len);
 }
 
 }  // namespace

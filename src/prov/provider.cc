@@ -138,7 +138,7 @@ extern "C" FI_EXT_INI {
                   "Bytes of a peer's RMA read that the target copies and holds at once for one "
                   "connection: a longer read is answered in pieces of this size, each copied "
                   "from the region once the one before it is on its way (so a later write may "
-                  "change the rest: ep_attr->max_order_war_size is this size)");
+                  "change the rest: ep_attr->max_order_war_size is this size); at most 16 MiB");
   define_and_read("dgram_senders", &g_params.dgram_senders,
                   "With a shared secret: the senders (each sending endpoint, once for the "
                   "endpoint and once per group it sends to) a datagram endpoint remembers at "
@@ -174,6 +174,13 @@ extern "C" FI_EXT_INI {
   fi_param_define(&fabq::prov::g_provider, "faults", FI_PARAM_STRING,
                   "Fault rules applied to every domain opened while set, e.g. "
                   "'event=ep_fatal,on=ep:0,ops=3; event=port_err,ms=100' (default: none)");
+  // What one connection holds for a peer's reads: a bound, not a buffer to grow as asked.
+  using fabq::prov::kMaxReadPiece;
+  if (g_params.rma_read_piece > kMaxReadPiece) {
+    FABQ_WARN(FI_LOG_CORE, "FI_FABQ_RMA_READ_PIECE=%zu: at most %zu\n", g_params.rma_read_piece,
+              kMaxReadPiece);
+    g_params.rma_read_piece = kMaxReadPiece;
+  }
   g_params.eq_default_size = std::min(g_params.eq_default_size, g_params.eq_max_size);
   g_params.cq_default_size = std::min(g_params.cq_default_size, g_params.cq_max_size);
   return &fabq::prov::g_provider;

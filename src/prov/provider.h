@@ -56,6 +56,7 @@ struct Params {
   // FI_FABQ_RMA_READ_PIECE: bytes of a peer's read copied and held at once per connection
   size_t rma_read_piece = 64 * 1024;
 };
+inline constexpr size_t kMaxReadPiece = size_t{16} << 20;  // FI_FABQ_RMA_READ_PIECE at most
 
 const Params& params();
 

@@ -62,12 +62,9 @@ struct RmaOps {
     if (msg->iov_count > xport::kMaxIov || (msg->iov_count > 0 && msg->msg_iov == nullptr)) {
       return false;
     }
+    // Lengths whose sum wraps would fit any range.
     size_t len = 0;
-    for (size_t i = 0; i < msg->iov_count; ++i) {
-      // Lengths whose sum wraps would fit any range.
-      if (__builtin_add_overflow(len, msg->msg_iov[i].iov_len, &len)) return false;
-    }
-    return len <= msg->rma_iov[0].len;
+    return iov_total(msg->msg_iov, msg->iov_count, &len) && len <= msg->rma_iov[0].len;
   }
 
   static ssize_t readmsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {

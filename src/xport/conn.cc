@@ -740,6 +740,12 @@ bool Conn::poll_read() {
 
 void Conn::read_locked() {
   touch();
+  // Whoever calls (a schedule() for another reason, an acknowledgement owed, a resume), bytes
+  // already read are not taken while the answers owed are more than this side keeps.
+  if (answers_backlogged_locked()) {
+    stop_for_answers_locked();
+    return;
+  }
   if (rx_shm_ && rpos_ == rlen_ && framer_.between_frames()) {
     // Nothing from the socket is left to handle: the ring is all there is to read.
     rpos_ = rlen_ = 0;
@@ -1074,8 +1080,7 @@ bool Conn::answer_request_locked(const wire::Header& h) {
   if (h.op == wire::Op::kReadReq) {
     a.len = static_cast<size_t>(wire::get_u64(req_buf_.get()));
     if (a.len > engine_->config().read_piece && a.len <= params_.max_msg_size) {
-      queue_read_locked(h, a.len);
-      return flush_locked();
+      return queue_read_locked(h, a.len) && flush_locked();
     }
     out_len = a.len;
   } else {
@@ -1117,21 +1122,26 @@ bool Conn::answer_request_locked(const wire::Header& h) {
   return flush_locked();
 }
 
-void Conn::queue_read_locked(const wire::Header& h, size_t len) {
+bool Conn::queue_read_locked(const wire::Header& h, size_t len) {
   // Checked whole before anything is held for it: a refused read costs its answer's header.
   const RemoteAccess check{
       .key = h.tag, .addr = h.data, .len = len, .via = this, .part = AccessPart::kCheck};
   const RmaStatus status = owner()->remote_access(check, nullptr);
   if (status != RmaStatus::kOk) {
     queue_ctrl_locked(wire::Op::kReadResp, h.seq, nullptr, 0, 0, 0, static_cast<uint64_t>(status));
-    return;
+    return true;
   }
-  // Never full here: frames stop being taken once it is (answers_backlogged_locked()).
-  assert(reads_count_ < kQueuedReads);
+  if (reads_count_ == kQueuedReads) {
+    // Frames stop being taken once it is full (answers_backlogged_locked(), checked after every
+    // frame and before any is read): reaching here is a bug, and never an overwrite.
+    fail_locked(FI_EIO, FI_FABQ_EVENT_EP_REQ_ERR, "more reads queued than a connection keeps");
+    return false;
+  }
   if (!reads_) reads_ = std::make_unique<QueuedRead[]>(kQueuedReads);
   reads_[(reads_head_ + reads_count_) % kQueuedReads] = {
       .seq = h.seq, .key = h.tag, .addr = h.data, .len = len};
   ++reads_count_;
+  return true;
 }
 
 void Conn::pump_read_locked() {

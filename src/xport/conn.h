@@ -155,8 +155,9 @@ class Conn final : public Connection, public Pollable {
   // A whole kReadReq, kAtomic or direct kWrite (its payload in req_buf_): the owner performs
   // it, the answer is queued; a read longer than a piece is checked and queued in reads_.
   bool answer_request_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
-  // A checked read of `len` bytes (h its kReadReq), answered in pieces by pump_read_locked().
-  void queue_read_locked(const wire::Header& h, size_t len) FABQ_REQUIRES(mu_);
+  // A read of `len` bytes (h its kReadReq): checked, and answered at once if refused, else
+  // queued and answered in pieces by pump_read_locked(). False when the connection failed.
+  bool queue_read_locked(const wire::Header& h, size_t len) FABQ_REQUIRES(mu_);
   // Copies the next piece of the oldest queued read into ctrl_ (which holds nothing unwritten):
   // at most one piece waits there at a time.
   void pump_read_locked() FABQ_REQUIRES(mu_);

@@ -214,8 +214,6 @@ void ReplayGuard::unindex(size_t pos) {
   index_[hole] = kEmpty;
 }
 
-namespace {}  // namespace
-
 Replay ReplayGuard::judge(const Sender& s, uint64_t seq, uint64_t time_us) {
   if (time_us <= s.since) return Replay::kStale;
   if (seq > s.top) return Replay::kFresh;

@@ -333,6 +333,30 @@ TEST_P(RmaPieces, AReadUpToMaxOrderWarSizeReturnsWhatWasThereBeforeALaterWrite) 
   EXPECT_EQ(target, later);
 }
 
+TEST_P(RmaPieces, AFencedWriteWaitsForALongerReadAndDoesNotChangeWhatItReturns) {
+  const size_t n = 4 * info_->ep_attr->max_order_war_size;
+  std::vector<unsigned char> target(n, 'o'), later(n, 'n'), back(n, 0);
+  reg(target.data(), n, FI_REMOTE_READ | FI_REMOTE_WRITE, 23);
+  ASSERT_EQ(fi_read(a_->ep, back.data(), n, nullptr, b_->addr, 0, 23, nullptr), 0);
+  iovec iov{later.data(), n};
+  fi_rma_iov rma{0, n, 23};
+  fi_msg_rma msg{};
+  msg.msg_iov = &iov;
+  msg.iov_count = 1;
+  msg.addr = b_->addr;
+  msg.rma_iov = &rma;
+  msg.rma_iov_count = 1;
+  // fi_endpoint(3): the fenced operation is deferred until the previous ones have completed.
+  EXPECT_EQ(fi_writemsg(a_->ep, &msg, FI_FENCE), -FI_EAGAIN) << "the read is not complete";
+  fi_cq_tagged_entry e{};
+  ASSERT_EQ(wait_cq(a_->cq, &e), 1);
+  EXPECT_EQ(e.flags, FI_RMA | FI_READ);
+  ASSERT_EQ(fi_writemsg(a_->ep, &msg, FI_FENCE), 0);
+  ASSERT_EQ(wait_cq(a_->cq, &e), 1);
+  EXPECT_EQ(back, std::vector<unsigned char>(n, 'o')) << "the read saw nothing of the fenced write";
+  EXPECT_EQ(target, later);
+}
+
 TEST_F(Rma, MisusedCallsAreRefusedAndPostNothing) {
   char buf[8] = {};
   Ep* msg_only = open_ep(nullptr, FI_MSG);

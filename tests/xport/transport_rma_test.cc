@@ -438,6 +438,57 @@ TEST_F(TransportRawTest, PiecesOfAnAnswerOutOfOrderFailTheConnection) {
   }
 }
 
+// A peer with more long reads outstanding than a connection keeps (1024) is held, its frames
+// unread, until the oldest are answered: however the connection is woken meanwhile (here by the
+// owner's resume()), no read is overwritten, lost or answered twice.
+class TransportRawPieceTest : public TransportRawTest {
+ protected:
+  void configure(TransportConfig* c) override { c->read_piece = 1024; }
+};
+
+TEST_F(TransportRawPieceTest, MoreLongReadsThanAConnectionKeepsAreHeldAndAllAnsweredInOrder) {
+  constexpr size_t kRegion = 64 * 1024;  // 64 pieces a read: answers fill the socket's buffers
+  constexpr uint32_t kReads = 1300;
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(listen(&p));
+  FakeOwner owner;
+  std::vector<unsigned char> region(kRegion);
+  for (size_t i = 0; i < kRegion; ++i) region[i] = static_cast<unsigned char>(i * 31 + i / 977);
+  owner.set_region(kKey, region.data(), region.size());
+  WirePeer peer(ticker());
+  ASSERT_NO_FATAL_FAILURE(accept_raw(&p, &peer, &owner));
+  std::string burst;
+  for (uint32_t seq = 1; seq <= kReads; ++seq) {
+    std::string len(8, '\0');
+    wire::put_u64(reinterpret_cast<unsigned char*>(len.data()), kRegion);
+    burst += frame({.op = wire::Op::kReadReq, .length = 8, .seq = seq, .tag = kKey}, len);
+  }
+  ASSERT_TRUE(peer.send_bytes(burst));
+  settle(milliseconds(50));
+  for (int i = 0; i < 20; ++i) {
+    p.server->resume();  // a wake-up for another reason: must not take the held frames
+    settle(milliseconds(2));
+  }
+  const std::string whole(region.begin(), region.end());
+  for (uint32_t seq = 1; seq <= kReads; ++seq) {
+    std::string got;
+    for (;;) {
+      wire::Header h;
+      std::string payload;
+      ASSERT_TRUE(peer.recv_frame(&h, &payload)) << "read " << seq;
+      ASSERT_EQ(h.op, wire::Op::kReadResp);
+      ASSERT_EQ(h.seq, seq) << "answers in order, each whole before the next";
+      ASSERT_EQ(h.data, 0u);
+      ASSERT_EQ(h.tag, got.size());
+      got += payload;
+      if ((h.flags & wire::kMore) == 0) break;
+    }
+    ASSERT_EQ(got, whole) << "read " << seq;
+  }
+  EXPECT_TRUE(p.server->open());
+  EXPECT_EQ(owner.problems(), std::vector<std::string>{});
+}
+
 // =============================================================================================
 // Sharing a copy (shm.h): from share_min bytes on, the target offers the initiator's process
 // the second part of a direct request, and both copy at once. Here the two sides run in two
