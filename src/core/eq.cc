@@ -49,7 +49,6 @@ Result<std::unique_ptr<EventQueue>> EventQueue::create(const EqConfig& config) {
 
 EventQueue::EventQueue(const EqConfig& config, std::unique_ptr<WaitObject> own_wait)
     : ring_(config.size),
-      room_(static_cast<int64_t>(ring_.capacity())),
       wait_kind_(config.wait),
       provider_owned_err_data_(config.provider_owned_err_data),
       spin_ns_(config.spin_ns),
@@ -63,49 +62,17 @@ EventQueue::~EventQueue() {
   if (wait_set_ != nullptr) wait_set_->remove(this);
 }
 
-bool EventQueue::take_room(size_t n, size_t keep_free) {
-  const auto want = static_cast<int64_t>(n);
-  const auto need = static_cast<int64_t>(n + keep_free);
-  int64_t room = room_.load(std::memory_order_acquire);
-  do {
-    if (room < need) return false;
-  } while (!room_.compare_exchange_weak(room, room - want, std::memory_order_acquire,
-                                        std::memory_order_acquire));
-  return true;
-}
-
-uint64_t EventQueue::claim_taken() {
-  for (;;) {
-    if (auto pos = ring_.claim()) return *pos;
-    cpu_relax();
-  }
-}
-
-void EventQueue::consume(uint64_t n) {
-  ring_.consume(n);
-  room_.fetch_add(static_cast<int64_t>(n), std::memory_order_release);
-}
-
 inline Status EventQueue::claim_for_write(uint64_t* pos) {
   if (overrun()) return Code::kOverrun;
-  if (!take_room(1, 0)) {
+  auto claimed = ring_.claim();
+  if (!claimed) {
     overrun_.store(true, std::memory_order_seq_cst);
     // Readers blocked on an empty-looking queue must learn about the overrun entry.
     gate_->notify_all();
     return Code::kOverrun;
   }
-  *pos = claim_taken();
+  *pos = *claimed;
   return OkStatus();
-}
-
-Status EventQueue::reserve(size_t n) {
-  if (overrun()) return Code::kOverrun;
-  if (n > ring_.capacity() || !take_room(n, 0)) return Code::kAgain;
-  return OkStatus();
-}
-
-void EventQueue::cancel_reservation(size_t n) {
-  room_.fetch_add(static_cast<int64_t>(n), std::memory_order_release);
 }
 
 inline void EventQueue::fill_event(uint64_t pos, uint32_t event, const void* buf, size_t len) {
@@ -129,14 +96,9 @@ Result<size_t> EventQueue::write_leaving(size_t keep_free, uint32_t event, const
                                          size_t len) {
   if (len > kEqMaxEventSize || (buf == nullptr && len > 0)) return Code::kInval;
   if (overrun()) return Code::kOverrun;
-  if (!take_room(1, keep_free)) return Code::kAgain;
-  fill_event(claim_taken(), event, buf, len);
-  return len;
-}
-
-Result<size_t> EventQueue::write_reserved(uint32_t event, const void* buf, size_t len) {
-  if (len > kEqMaxEventSize || (buf == nullptr && len > 0)) return Code::kInval;
-  fill_event(claim_taken(), event, buf, len);
+  const std::optional<uint64_t> pos = ring_.claim(keep_free);
+  if (!pos) return Code::kAgain;
+  fill_event(*pos, event, buf, len);
   return len;
 }
 
@@ -157,9 +119,12 @@ Status EventQueue::write_error(const EqError& error) {
   return OkStatus();
 }
 
-Status EventQueue::write_error_reserved(const EqError& error) {
+Status EventQueue::write_error_leaving(size_t keep_free, const EqError& error) {
   if (!valid_error(error)) return Code::kInval;
-  fill_error_slot(claim_taken(), error);
+  if (overrun()) return Code::kOverrun;
+  const std::optional<uint64_t> pos = ring_.claim(keep_free);
+  if (!pos) return Code::kAgain;
+  fill_error_slot(*pos, error);
   return OkStatus();
 }
 
@@ -183,7 +148,7 @@ const EventQueue::Slot* EventQueue::head_slot(bool* is_error) {
   for (;;) {
     const Slot* slot = ring_.peek(ring_.head(), is_error);
     if (slot == nullptr || slot->len != kPurged) return slot;
-    consume(1);
+    ring_.consume(1);
   }
 }
 
@@ -218,7 +183,7 @@ Result<size_t> EventQueue::read(uint32_t* event, void* buf, size_t len, uint64_t
   if (event != nullptr) *event = slot->event;
   const size_t n = slot->len;
   copy_event(buf, slot->payload, n);
-  if ((flags & FI_PEEK) == 0) consume(1);
+  if ((flags & FI_PEEK) == 0) ring_.consume(1);
   return n;
 }
 
@@ -242,7 +207,7 @@ Result<size_t> EventQueue::read_error(fi_eq_err_entry* entry, uint64_t flags) {
   if (slot != nullptr) {
     if (!is_error) return Code::kAgain;
     fill_error(*slot, entry);
-    if ((flags & FI_PEEK) == 0) consume(1);
+    if ((flags & FI_PEEK) == 0) ring_.consume(1);
     return sizeof(fi_eq_err_entry);
   }
   if (!overrun() || ring_.claimed() != 0) return Code::kAgain;

@@ -20,16 +20,6 @@
 //     order; after the last one, read() gives kAvail and read_error() yields an entry with
 //     err = FI_EOVERRUN and fid = EqConfig::owner. The overrun state is permanent (the EQ is
 //     unusable, as fi_eq(3) says), so that entry is returned by every later read_error().
-//   - reservations: a producer whose event follows an operation it can still refuse (a memory
-//     registration with FI_REG_MR, a multicast join, an AV insert with FI_EVENT) reserves its
-//     slot first: reserve() gives kAgain when the queue has no free slot that is not already
-//     promised, and the queue is not overrun, so the operation fails without side effects.
-//     write_reserved() / write_error_reserved() then store the event in the promised slot and
-//     cannot fail for want of room (not even once the queue has overrun: the event is stored,
-//     ahead of the overrun entry); cancel_reservation() gives the slot back. A slot is
-//     promised, not placed: events are stored in the order they are written, and a pending
-//     reservation holds no reader back. Free slots are counted as `room_`: capacity minus
-//     stored minus promised, so a plain write() that finds only promised slots overruns.
 //
 // Threads: any number of threads may write concurrently (lock-free); readers are serialized
 // by an internal spin lock, so any thread may read. The provider-owned err_data buffer is
@@ -98,21 +88,18 @@ class EventQueue final : public WaitSetMember {
   // Producers. write() returns len; kInval if len > kEqMaxEventSize or buf is null with len > 0;
   // kOverrun when full or already overrun.
   Result<size_t> write(uint32_t event, const void* buf, size_t len);
-  // As write(), but only while more than `keep_free` slots are free (neither stored nor
-  // promised to a reservation); otherwise kAgain, and the queue is not overrun: for events a
-  // producer can refuse at their source instead of losing them (a connection request that the
-  // passive endpoint then refuses), so that they never take the room other events need.
+  // As write(), but only while more than `keep_free` slots are free; otherwise kAgain, and the
+  // queue is not overrun: for events a producer can refuse at their source instead of losing
+  // them (a connection request that the passive endpoint then refuses), so that they never
+  // take the room other events need.
   Result<size_t> write_leaving(size_t keep_free, uint32_t event, const void* buf, size_t len);
   // kInval if err_data_size > kEqMaxErrData or err is not positive; kOverrun as write().
   Status write_error(const EqError& error);
-  // Promises n slots to events written later: kAgain (nothing promised, the queue unchanged)
-  // when fewer than n free slots are not promised already; kOverrun once overrun.
-  Status reserve(size_t n = 1);
-  void cancel_reservation(size_t n = 1);
-  // As write() / write_error(), each using one promised slot; they fail only with kInval (bad
-  // arguments, checked before the slot is used: the promise stands).
-  Result<size_t> write_reserved(uint32_t event, const void* buf, size_t len);
-  Status write_error_reserved(const EqError& error);
+  // As write_error(), but as write_leaving() when the queue has no room: kAgain, not overrun.
+  // For the event of an operation its producer can still undo (a memory registration with
+  // FI_REG_MR, a multicast join), so that an EQ without room fails the operation instead of
+  // overrunning.
+  Status write_error_leaving(size_t keep_free, const EqError& error);
 
   // Consumers. `flags` may hold FI_PEEK; other bits are ignored (the provider validates).
   Result<size_t> read(uint32_t* event, void* buf, size_t len, uint64_t flags);
@@ -164,23 +151,11 @@ class EventQueue final : public WaitSetMember {
   // The published slot at the head, after dropping purged ones; null when none is published.
   const Slot* head_slot(bool* is_error) FABQ_REQUIRES(read_lock_);
   [[gnu::always_inline]] inline Status claim_for_write(uint64_t* pos);
-  // Takes n slots of room_ if more than keep_free + n - 1 are there; false (nothing taken)
-  // otherwise. Never transiently false: a racing producer cannot make it fail spuriously,
-  // which for write() would be a spurious overrun.
-  bool take_room(size_t n, size_t keep_free);
-  // The ring slot for room already taken (a taken slot is free in the ring, but for a reader
-  // that has returned room and is about to publish its head).
-  uint64_t claim_taken();
-  // Consumes n read slots and returns them to room_.
-  void consume(uint64_t n) FABQ_REQUIRES(read_lock_);
   void fill_event(uint64_t pos, uint32_t event, const void* buf, size_t len);
   void fill_error_slot(uint64_t pos, const EqError& error);
   void fill_error(const Slot& slot, fi_eq_err_entry* entry) FABQ_REQUIRES(read_lock_);
 
   BoundedRing<Slot> ring_;
-  // Free slots not promised to a reservation. A consumer's release store of it follows its
-  // release of the ring's head, so a producer that takes room (acquire) finds the slot free.
-  alignas(kCacheLine) std::atomic<int64_t> room_;
   SpinLock read_lock_;
   std::atomic<bool> overrun_{false};
   const WaitKind wait_kind_;

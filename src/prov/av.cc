@@ -464,12 +464,12 @@ template <class Source>
 int Av::insert_batch(size_t count, Source source, fi_addr_t* fi_addr, uint64_t flags, void* context,
                      Eq* eq) {
   int* sync_err = (flags & FI_SYNC_ERR) != 0 ? static_cast<int*>(context) : nullptr;
-  // FI_EVENT: the call's FI_AV_COMPLETE gets its slot before anything is inserted, so an EQ
-  // without room fails the call with nothing inserted instead of overrunning. Error entries (one
-  // per failed address) are written as they come: reserving a slot for each address the call
-  // might fail would hold room other events need for as long as the call runs.
+  // FI_EVENT: an EQ without room for the call's FI_AV_COMPLETE fails the call with nothing
+  // inserted instead of overrunning. Error entries (one per failed address) are written as they
+  // come: an EQ with no room for them, or filled by another producer meanwhile, overruns.
   if (eq != nullptr) {
-    if (core::Status s = eq->queue().reserve(1); !s.ok()) return s.to_fi();
+    if (eq->queue().overrun()) return -FI_EOVERRUN;
+    if (eq->queue().pending() >= eq->queue().capacity()) return -FI_EAGAIN;
   }
   size_t inserted = 0;
   {
@@ -508,7 +508,7 @@ int Av::insert_batch(size_t count, Source source, fi_addr_t* fi_addr, uint64_t f
   done.fid = &box_.fid.fid;
   done.context = context;
   done.data = inserted;
-  if (!eq->queue().write_reserved(FI_AV_COMPLETE, &done, sizeof(done)).ok()) {
+  if (!eq->queue().write(FI_AV_COMPLETE, &done, sizeof(done)).ok()) {
     FABQ_WARN(FI_LOG_AV, "FI_AV_COMPLETE not written: the EQ is overrun\n");
   }
   return 0;

@@ -1431,13 +1431,12 @@ int Endpoint::join(const void* addr, uint64_t flags, fid_mc** out, void* context
     eq = eq_;
     id = next_mc_id_++;
   }
-  // The outcome's slot on the EQ first: with no room the join fails before it joins anything.
-  if (core::Status s = eq->queue().reserve(1); !s.ok()) return s.to_fi();
+  // An EQ with no room for the outcome fails the join before it joins anything; one that
+  // fills meanwhile, below.
+  if (eq->queue().overrun()) return -FI_EOVERRUN;
+  if (eq->queue().pending() >= eq->queue().capacity()) return -FI_EAGAIN;
   Mc* mc = make_object<Mc>(this, group, id, sends, context);
-  if (mc == nullptr) {
-    eq->queue().cancel_reservation(1);
-    return -FI_ENOMEM;
-  }
+  if (mc == nullptr) return -FI_ENOMEM;
   int err = 0;
   if (AsyncTarget::take_net_fault(core::NetFault::kReject)) {
     err = FI_ECONNREFUSED;  // injected: refused as a network that forbids the group would
@@ -1455,17 +1454,24 @@ int Endpoint::join(const void* addr, uint64_t flags, fid_mc** out, void* context
     core::MutexLock lock(mu_);
     mcs_.push_back(mc);
   }
-  // The outcome goes on the EQ before fi_join returns; the application reads it afterwards.
+  // The outcome goes on the EQ before fi_join returns; the application reads it afterwards. An
+  // EQ another producer filled since the look above gets none: the join is undone (the group
+  // left) and fails as if the EQ had been found full, so the EQ never overruns for it.
   fid_t fid = &mc->handle()->fid;
+  core::Status written;
   if (err == 0) {
     const fi_eq_entry entry{.fid = fid, .context = context, .data = 0};
-    (void)eq->queue().write_reserved(FI_JOIN_COMPLETE, &entry, sizeof(entry));
+    written = eq->queue().write_leaving(0, FI_JOIN_COMPLETE, &entry, sizeof(entry)).status();
   } else {
     core::EqError e{};
     e.fid = fid;
     e.context = context;
     e.err = err;
-    (void)eq->queue().write_error_reserved(e);
+    written = eq->queue().write_error_leaving(0, e);
+  }
+  if (!written.ok()) {
+    (void)fi_close(fid);
+    return written.to_fi();
   }
   *out = mc->handle();
   return 0;

@@ -130,30 +130,12 @@ Mr::~Mr() {
 
 namespace {
 
-// The FI_REG_MR slot a registration promised itself on the domain's EQ: given back unless the
-// registration's event used it.
-class EqSlot {
- public:
-  EqSlot() = default;
-  EqSlot(const EqSlot&) = delete;
-  EqSlot& operator=(const EqSlot&) = delete;
-  ~EqSlot() {
-    if (eq_ != nullptr) eq_->queue().cancel_reservation(1);
-  }
-  // 0, or why the EQ cannot take the event now: -FI_EAGAIN (full: the application reads it
-  // and registers again), -FI_EOVERRUN (overrun, for good).
-  int reserve(Eq* eq) {
-    const core::Status s = eq->queue().reserve(1);
-    if (!s.ok()) return s.to_fi();
-    eq_ = eq;
-    return 0;
-  }
-  Eq* eq() const { return eq_; }
-  void used() { eq_ = nullptr; }
-
- private:
-  Eq* eq_ = nullptr;
-};
+// Whether the FI_REG_MR EQ can take one more event now: 0, -FI_EAGAIN (full: the application
+// reads it and registers again) or -FI_EOVERRUN (overrun, for good).
+int reg_mr_room(Eq* eq) {
+  if (eq->queue().overrun()) return -FI_EOVERRUN;
+  return eq->queue().pending() < eq->queue().capacity() ? 0 : -FI_EAGAIN;
+}
 
 // A buffer a region may cover: a length and, with one, a non-null address from which that many
 // bytes do not run past the end of the address space (a region that wraps would let a peer's
@@ -186,11 +168,11 @@ int mr_regattr(fid* domain_fid, const fi_mr_attr* attr, uint64_t flags, fid_mr**
   // FI_KEY_NOTAVAIL is what fi_mr_key says of a region with no key: no region may have it.
   if (!domain->prov_key() && attr->requested_key == FI_KEY_NOTAVAIL) return -FI_EKEYREJECTED;
   if (domain->failed()) return -FI_EOPBADSTATE;
-  // FI_REG_MR: the registration's event gets its slot before anything is registered, so an EQ
-  // with no room fails the call and changes nothing (no fault rule counts it either).
-  EqSlot slot;
-  if (Eq* eq = domain->reg_mr_eq()) {
-    if (const int rc = slot.reserve(eq); rc != 0) return rc;
+  // FI_REG_MR: an EQ with no room for the registration's event fails the call before anything
+  // is registered (no fault rule counts it either); one that fills meanwhile, below.
+  Eq* const eq = domain->reg_mr_eq();
+  if (eq != nullptr) {
+    if (const int rc = reg_mr_room(eq); rc != 0) return rc;
   }
   auto* region = new (std::nothrow) Region;
   if (region == nullptr) return -FI_ENOMEM;
@@ -203,7 +185,7 @@ int mr_regattr(fid* domain_fid, const fi_mr_attr* attr, uint64_t flags, fid_mr**
   // A registration is one of the domain's operations: an error= rule there fails it.
   FaultAction fault = domain->count_operation();
   raise(domain, domain, fault.events);
-  if (fault.err != 0 && slot.eq() == nullptr) {
+  if (fault.err != 0 && eq == nullptr) {
     delete region;
     return -fault.err;
   }
@@ -220,21 +202,23 @@ int mr_regattr(fid* domain_fid, const fi_mr_attr* attr, uint64_t flags, fid_mr**
   }
   // FI_REG_MR: the registration completes on the domain's EQ (fi_domain(3)); one that failed
   // there is an error entry, and its region is never reachable (the application closes it).
-  // The slot was promised: neither write can fail for want of room.
-  if (Eq* eq = slot.eq()) {
-    bool written = false;
+  // An EQ that another producer filled since the look above gets neither: the registration is
+  // undone and fails as if it had been found full, so the EQ never overruns for it.
+  if (eq != nullptr) {
+    core::Status written;
     if (fault.err != 0) {
-      written = eq->queue()
-                    .write_error_reserved({.fid = &mr->handle()->fid,
-                                           .context = attr->context,
-                                           .err = fault.err,
-                                           .prov_errno = fault.prov_errno})
-                    .ok();
+      written = eq->queue().write_error_leaving(0, {.fid = &mr->handle()->fid,
+                                                    .context = attr->context,
+                                                    .err = fault.err,
+                                                    .prov_errno = fault.prov_errno});
     } else {
       fi_eq_entry entry{.fid = &mr->handle()->fid, .context = attr->context, .data = 0};
-      written = eq->queue().write_reserved(FI_MR_COMPLETE, &entry, sizeof(entry)).ok();
+      written = eq->queue().write_leaving(0, FI_MR_COMPLETE, &entry, sizeof(entry)).status();
     }
-    if (written) slot.used();
+    if (!written.ok()) {
+      (void)MrOps::close(&mr->handle()->fid);
+      return written.to_fi();
+    }
   }
   *out = mr->handle();
   return 0;
