@@ -346,7 +346,11 @@ int Conn::submit(TxOp* op) {
       if (op->kind == TxKind::kWrite && op->has_data) h.flags |= wire::kRemoteData;
       break;
   }
-  op->direct = go_direct_locked(op, &h);
+  // An RDM connection still in its handshake does not know yet whether it will have shared
+  // memory: a request queued meanwhile (the first window of an application's reads, say) is
+  // made direct, if it may be, when it is written.
+  op->decide_later = state() != State::kConnected;
+  op->direct = !op->decide_later && go_direct_locked(op, &h);
   heard_ = false;
   op->shared = false;
   wire::encode(h, op->header);
@@ -360,6 +364,7 @@ int Conn::submit(TxOp* op) {
     case core::NetFault::kCorrupt:
       // Injected damage: the peer sees a header that is not fabq's and fails the connection.
       op->header[0] ^= 0xff;
+      op->decide_later = false;
       break;
     default:
       break;
@@ -472,6 +477,16 @@ bool Conn::go_direct_locked(TxOp* op, wire::Header* h) {
   return true;
 }
 
+void Conn::decide_direct_locked(TxOp* op) {
+  op->decide_later = false;
+  wire::Header h;
+  if (wire::decode(op->header, SIZE_MAX, &h) != wire::Violation::kNone) return;
+  if (!go_direct_locked(op, &h)) return;
+  op->direct = true;
+  wire::encode(h, op->header);
+  record_share_locked(op);
+}
+
 void Conn::ack_delivered(uint32_t seq) {
   core::MutexLock lock(mu_);
   if (state() != State::kConnected) return;
@@ -536,6 +551,7 @@ bool Conn::flush_locked() {
     const size_t sendable = state() == State::kConnected && !tx_switch_pending_ ? send_count_ : 0;
     for (size_t i = 0; i < sendable && cnt + 1 + static_cast<int>(kMaxTxIov) <= kIovBatch; ++i) {
       TxOp* op = sendq_[(send_head_ + i) % sendq_.size()];
+      if (op->decide_later) decide_direct_locked(op);
       size_t skip = op->written;
       if (skip < wire::kHeaderSize) {
         iov[cnt++] = {op->header + skip, wire::kHeaderSize - skip};

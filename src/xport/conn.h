@@ -174,6 +174,9 @@ class Conn final : public Connection, public Pollable {
   bool deliver_direct_locked(const wire::Header& h) FABQ_REQUIRES(mu_);
   // submit(): makes `op` a direct request (wire.h kDirect) when it may be one; true if so.
   bool go_direct_locked(TxOp* op, wire::Header* h) FABQ_REQUIRES(mu_);
+  // The same for an op submitted before the connection was up (TxOp::decide_later), before its
+  // first byte is written: its header is decoded, made direct if it may be, and encoded again.
+  void decide_direct_locked(TxOp* op) FABQ_REQUIRES(mu_);
   // Copy choice (xport/copy_choice.h), the receiver's side. Whether a frame of `op` that brings
   // len bytes `path`'s way is timed for the advisor: a message or write, from the smallest size
   // that may go direct, that the advisor wants a sample of. note_*_copy_locked() record one

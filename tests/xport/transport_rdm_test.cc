@@ -33,7 +33,11 @@ TEST_P(TransportTest, RdmMessageArrivesWithTheSendersNameAndNoCmEvent) {
       send(client_, c.get(), out.make(pattern(5000, 1), 1, 2, TxLevel::kDelivery)));
   ASSERT_EQ(c->connect(b_name, &a_name, sizeof(a_name)), 0);
   ASSERT_NO_FATAL_FAILURE(send(client_, c.get(), out.tagged(pattern(1u << 20, 2), 2, 5, 4)));
-  ASSERT_TRUE(pump([&] { return server_.received_count() == 2 && client_.ack_count() == 1; }));
+  // Through shared memory the 1 MiB one, though queued before the connection was up, goes
+  // direct once it is (TxOp::decide_later): its receiver acknowledges it when it has copied it.
+  const size_t acks_wanted = GetParam() ? 2 : 1;
+  ASSERT_TRUE(pump(
+      [&] { return server_.received_count() == 2 && client_.ack_count() == acks_wanted; }));
   settle(milliseconds(30));
   const std::vector<Received> got = server_.received();
   for (size_t i = 0; i < got.size(); ++i) {
@@ -46,10 +50,11 @@ TEST_P(TransportTest, RdmMessageArrivesWithTheSendersNameAndNoCmEvent) {
   EXPECT_TRUE(got[1].in.tagged);
   EXPECT_EQ(got[1].in.tag, 5u);
   const std::vector<AckRecord> acks = client_.acks();
-  ASSERT_EQ(acks.size(), 1u);
+  ASSERT_EQ(acks.size(), acks_wanted);
   EXPECT_EQ(acks[0].conn, c.get());
   EXPECT_EQ(acks[0].seq, 1u);
   EXPECT_TRUE(acks[0].delivered);
+  EXPECT_EQ(client_.written()[1]->direct, GetParam()) << "the 1 MiB message";
   EXPECT_EQ(client_.written_count(), 2u);
   for (const FakeOwner* o : {&client_, &server_}) {
     EXPECT_EQ(cms(*o), std::vector<std::string>{}) << "no CM event on an RDM connection";
