@@ -27,12 +27,44 @@ RecvQueue::RecvQueue(size_t capacity, size_t unexpected_bytes, size_t unexpected
 }
 
 RecvQueue::~RecvQueue() {
-  size_t charged = 0;
   for (Unexpected& u : unexpected_) {
-    charged += charge(u.in.len);
     if (u.in.len > kPooledPayload) large_.give(std::exchange(u.data, nullptr), u.in.len);
   }
-  if (charged != 0) budget_->give(charged);
+  if (budget_taken_ != 0) budget_->give(budget_taken_);
+}
+
+bool RecvQueue::charge_budget(size_t cost) {
+  if (charged_ + cost <= budget_taken_) {
+    charged_ += cost;
+    return true;
+  }
+  // From the fabric's budget a slice at a time, so that a message costs it no atomic operation
+  // while the queue's slice has room: the slice when it fits, else what this message lacks.
+  const size_t lack = charged_ + cost - budget_taken_;
+  const size_t slice = std::max(lack, budget_->slice());
+  size_t got = 0;
+  if (budget_->take(slice)) {
+    got = slice;
+  } else if (slice != lack && budget_->take(lack)) {
+    got = lack;
+  } else {
+    return false;
+  }
+  budget_taken_ += got;
+  charged_ += cost;
+  return true;
+}
+
+void RecvQueue::uncharge_budget(size_t cost) {
+  charged_ -= cost;
+  // What the queue holds unused goes back once it is more than two slices (one when no message
+  // is buffered), and at once when another queue waits for room.
+  const size_t unused = budget_taken_ - charged_;
+  const size_t keep = (charged_ == 0 ? 1 : 2) * budget_->slice();
+  if (unused > keep || (unused != 0 && budget_->wanted())) {
+    budget_taken_ -= unused;
+    budget_->give(unused);
+  }
 }
 
 void RecvQueue::make_multi(PostedRecv* r, size_t min) {
@@ -116,19 +148,16 @@ Unexpected* RecvQueue::try_add(Endpoint* from, const Incoming& in, Full* full) {
     return nullptr;
   }
   const size_t cost = charge(in.len);
-  if (in.via != nullptr) {
-    const auto it = peer_bytes_.find(in.via);
-    const size_t held = it != peer_bytes_.end() ? it->second : 0;
-    if (cost > max_peer_bytes_ || held > max_peer_bytes_ - cost) {
-      *full = Full::kPeer;
-      return nullptr;
-    }
+  size_t* share = peer_share(in.via);
+  if (share != nullptr && (cost > max_peer_bytes_ || *share > max_peer_bytes_ - cost)) {
+    *full = Full::kPeer;
+    return nullptr;
   }
-  if (!budget_->take(cost)) {
+  if (!charge_budget(cost)) {
     *full = Full::kBudget;
     return nullptr;
   }
-  if (in.via != nullptr) peer_bytes_[in.via] += cost;
+  if (share != nullptr) *share += cost;
   Unexpected& u = unexpected_.emplace_back();
   u.from = from;
   u.in = in;
@@ -141,17 +170,24 @@ Unexpected* RecvQueue::try_add(Endpoint* from, const Incoming& in, Full* full) {
   return &u;
 }
 
+size_t* RecvQueue::peer_share(const Connection* c) {
+  if (c == nullptr || max_peer_bytes_ >= max_bytes_) return nullptr;  // the queue's bound binds
+  // Messages come in runs from one peer: the last share looked up is kept (an element of an
+  // unordered map stays where it is until it is erased, which forget() does).
+  if (c != last_peer_) {
+    last_peer_ = c;
+    last_share_ = &peer_bytes_[c];
+  }
+  return last_share_;
+}
+
 void RecvQueue::unshare(const Unexpected& u) {
-  if (u.in.via == nullptr) return;
-  const auto it = peer_bytes_.find(u.in.via);
-  if (it == peer_bytes_.end()) return;
-  it->second -= std::min(it->second, charge(u.in.len));
-  if (it->second == 0) peer_bytes_.erase(it);
+  if (size_t* share = peer_share(u.in.via)) *share -= std::min(*share, charge(u.in.len));
 }
 
 void RecvQueue::retire(std::pmr::list<Unexpected>::iterator it) {
   unshare(*it);
-  budget_->give(charge(it->in.len));
+  uncharge_budget(charge(it->in.len));
   unexpected_bytes_ -= it->in.len;
   if (it->in.len > kPooledPayload) {
     large_.give(it->data, it->in.len);
@@ -195,7 +231,9 @@ bool RecvQueue::owes(const Connection* c) const {
 }
 
 void RecvQueue::forget(const Connection* c) {
-  if (c == nullptr || peer_bytes_.erase(c) == 0) return;  // nothing of it is buffered
+  if (c == nullptr) return;
+  peer_bytes_.erase(c);
+  if (last_peer_ == c) last_peer_ = nullptr;
   for (Unexpected& u : unexpected_) {
     if (u.in.via == c) u.in.via = nullptr;
   }

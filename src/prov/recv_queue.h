@@ -45,6 +45,7 @@
 #include <netinet/in.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -173,6 +174,12 @@ class UnexpectedBudget {
     return n <= max_ && used_.load(std::memory_order_seq_cst) <= max_ - n;
   }
   size_t used() const { return used_.load(std::memory_order_relaxed); }
+  // What a queue takes at a time, so that most messages cost the budget nothing (RecvQueue):
+  // 1/64 of it, at most 64 KiB. A queue keeps at most two slices unused (one with nothing
+  // buffered), and gives them back when another waits.
+  size_t slice() const { return std::min<size_t>(max_ / 64, 64 * 1024); }
+  // Whether a queue waits for room (await() found none, and no bytes came back since).
+  bool wanted() const { return wanted_.load(std::memory_order_relaxed); }
 
  private:
   const size_t max_;
@@ -294,6 +301,14 @@ class RecvQueue {
 
   // The message leaves the share of the connection it names (if it still names one).
   void unshare(const Unexpected& u);
+  // A message's charge against the fabric's budget, taken from what this queue holds of it and
+  // given back to it (UnexpectedBudget::slice()); false when the budget has no room.
+  bool charge_budget(size_t cost);
+  void uncharge_budget(size_t cost);
+  // The bytes connection `c` has buffered here (an entry made at its first message, kept until
+  // forget()), or null when they are not counted: no connection, or a per-peer bound no tighter
+  // than the queue's (an MSG endpoint's one peer).
+  size_t* peer_share(const Connection* c);
 
   const size_t capacity_;
   const size_t max_bytes_;
@@ -309,8 +324,14 @@ class RecvQueue {
   std::pmr::unsynchronized_pool_resource pool_;
   std::pmr::list<Unexpected> unexpected_;
   size_t unexpected_bytes_ = 0;
-  // Each connection's share (charge()) of what is buffered, while it has one.
+  // Of the fabric's budget: what this queue took, and what its messages are charged.
+  size_t budget_taken_ = 0;
+  size_t charged_ = 0;
+  // Each connection's share (charge()) of what is buffered, from its first message until it is
+  // forgotten; and the last one looked up.
   std::pmr::unordered_map<const Connection*, size_t> peer_bytes_;
+  const Connection* last_peer_ = nullptr;
+  size_t* last_share_ = nullptr;
 };
 
 }  // namespace fabq::prov
