@@ -347,9 +347,11 @@ int Conn::submit(TxOp* op) {
       break;
   }
   // An RDM connection still in its handshake does not know yet whether it will have shared
-  // memory: a request queued meanwhile (the first window of an application's reads, say) is
-  // made direct, if it may be, when it is written.
-  op->decide_later = state() != State::kConnected;
+  // memory: a read queued meanwhile (the first window of an application's reads, say) is made
+  // direct, if it may be, when it is written; else its answer would come in pieces (a read
+  // longer than a piece) while the direct reads after it go first. Writes and messages keep to
+  // the ring then, where the copy choice begins its measurements (copy_choice.h).
+  op->decide_later = state() != State::kConnected && op->kind == TxKind::kRead;
   op->direct = !op->decide_later && go_direct_locked(op, &h);
   heard_ = false;
   op->shared = false;

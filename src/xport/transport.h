@@ -200,8 +200,8 @@ struct TxOp {
   // ... and this process copied a part of it, which the target offered (shm.h "Sharing a
   // copy"). Set before the answer arrives; for statistics and tests.
   bool shared = false;
-  // Submitted before its connection was up: whether it goes direct is decided when it is first
-  // written, once the connection knows whether it has shared memory.
+  // A read submitted before its connection was up: whether it goes direct is decided when it
+  // is first written, once the connection knows whether it has shared memory.
   bool decide_later = false;
   unsigned char header[32] = {};
   size_t written = 0;  // header and payload bytes handed to the kernel
