@@ -6,7 +6,9 @@
 //   kFd, kPollFd   an eventfd (poll/select/epoll)
 //   kMutexCond     a pthread mutex and condition variable
 //   kUnspec        nothing exposed: fabq spins briefly, then sleeps on the futex
-//   kYield         nothing exposed: blocking calls spin with sched_yield
+//   kYield         nothing exposed: blocking calls yield (sched_yield) between naps of at
+//                  most kYieldNapNs on the futex, so that a writer wakes them at once and a
+//                  POSIX signal interrupts them as it does the other kinds
 //   kNone          no blocking at all (sread returns -FI_ENOSYS)
 //
 // A `WaitGate` sits in each queue and decides whether a write must wake anybody. The write
@@ -142,23 +144,24 @@ class WaitGate {
   WaitObject* const obj_;
 };
 
+// The longest a kYield waiter sleeps between two yields. A loop of sched_yield alone never
+// learns that a signal handler ran (sched_yield is not interrupted), so a kYield sread would
+// outlive the signal; the nap is where the signal lands (EINTR, kIntr). A write wakes the nap
+// at once, so its length costs no latency.
+inline constexpr int64_t kYieldNapNs = 1'000'000;
+
 // Blocks the calling thread until `ready()` is true, the deadline passes (kAgain) or a signal
 // interrupts (kIntr). `ready` is evaluated without locks and must be cheap; it may be true
 // spuriously (the caller retries its read). Spins for up to `spin_ns` first (not for kYield,
-// which always spins with sched_yield).
+// which yields between naps of at most kYieldNapNs instead).
 template <class Ready>
 Status wait_until(WaitGate& gate, uint64_t wake_at, const Deadline& deadline, int64_t spin_ns,
                   Ready&& ready) {
   WaitObject* obj = gate.object();
   if (obj == nullptr) return Code::kNoSys;
   if (ready()) return OkStatus();
-  if (obj->kind() == WaitKind::kYield) {
-    for (;;) {
-      if (deadline.expired()) return Code::kAgain;
-      sched_yield();
-      if (ready()) return OkStatus();
-    }
-  }
+  const bool yield = obj->kind() == WaitKind::kYield;
+  if (yield) spin_ns = 0;
   if (spin_ns > 0) {
     const int64_t budget =
         deadline.is_never() ? spin_ns : std::min(spin_ns, deadline.remaining_ns());
@@ -171,14 +174,24 @@ Status wait_until(WaitGate& gate, uint64_t wake_at, const Deadline& deadline, in
     } while (monotonic_ns() < end);
   }
   for (;;) {
+    if (yield) {
+      if (deadline.expired()) return Code::kAgain;
+      sched_yield();
+      if (ready()) return OkStatus();
+    }
+    Deadline until = deadline;
+    if (yield) {
+      until = Deadline::after_ns(
+          deadline.is_never() ? kYieldNapNs : std::min(kYieldNapNs, deadline.remaining_ns()));
+    }
     const uint32_t ticket = obj->ticket();
     gate.enter(wake_at);
     const bool now = ready();
     Status s = OkStatus();
-    if (!now) s = obj->sleep(ticket, deadline);
+    if (!now) s = obj->sleep(ticket, until);
     gate.leave();
     if (now || ready()) return OkStatus();
-    if (!s.ok()) return s;
+    if (!s.ok() && !(yield && s.code() == Code::kAgain)) return s;
   }
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fabq_fixture.h"
+#include "signal_fixture.h"
 
 namespace fabq::testing {
 namespace {
@@ -345,6 +346,25 @@ TEST_P(CqWait, SreadfromTimeoutFiftyMsIsAgainAfterTheTimeout) {
   const auto elapsed = since(t0);
   EXPECT_GE(elapsed, milliseconds(50));
   EXPECT_LT(elapsed, kHang);
+}
+
+// fi_cq(3): a blocking read may be interrupted by a signal; fabq's fi_cq_sread then returns
+// -FI_EAGAIN, with every wait object, FI_WAIT_YIELD too.
+TEST_P(CqWait, SreadInterruptedByAPosixSignalReturnsAgain) {
+  open(cq_attr(GetParam()));
+  SignalHandled handled;
+  ASSERT_TRUE(handled.ok());
+  const int before = g_handled_signals.load();
+  const Interrupted r = interrupt_with_signals(
+      [&] {
+        EntryBuf buf{};
+        return fi_cq_sread(cq_, buf.data(), 1, nullptr, 60'000);
+      },
+      [&] { fi_cq_signal(cq_); });
+  EXPECT_TRUE(r.returned) << "no signal ended fi_cq_sread (" << r.signals_sent << " sent)";
+  EXPECT_EQ(r.rc, -FI_EAGAIN);
+  EXPECT_GT(g_handled_signals.load(), before);
+  EXPECT_LT(r.after_first, kHang);
 }
 
 // fi_cq_signal wakes every thread blocked in fi_cq_sread; each returns -FI_EAGAIN.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fabq_fixture.h"
+#include "signal_fixture.h"
 
 namespace fabq::testing {
 namespace {
@@ -530,6 +531,31 @@ TEST_P(EqWait, SreadWakesWhenAnotherThreadWrites) {
   EXPECT_EQ(e.data, 42u);
   EXPECT_LT(elapsed, kHang);
   expect_empty();
+}
+
+// fi_eq(3): a blocking read may be interrupted by a signal; fabq's fi_eq_sread then returns
+// -FI_EAGAIN, with every wait object, FI_WAIT_YIELD too, and the queue goes on working.
+TEST_P(EqWait, SreadInterruptedByAPosixSignalReturnsAgain) {
+  open(eq_attr(FI_WRITE, 0, GetParam()));
+  SignalHandled handled;
+  ASSERT_TRUE(handled.ok());
+  const int before = g_handled_signals.load();
+  const Interrupted r = interrupt_with_signals(
+      [&] {
+        uint32_t event = 0;
+        fi_eq_entry e{};
+        return fi_eq_sread(eq_, &event, &e, sizeof(e), 60'000, 0);
+      },
+      [&] { write_entry(1); });
+  EXPECT_TRUE(r.returned) << "no signal ended fi_eq_sread (" << r.signals_sent << " sent)";
+  EXPECT_EQ(r.rc, -FI_EAGAIN);
+  EXPECT_GT(g_handled_signals.load(), before);
+  EXPECT_LT(r.after_first, kHang);
+  ASSERT_EQ(write_entry(5), kEntrySize);
+  uint32_t event = 0;
+  fi_eq_entry e{};
+  EXPECT_EQ(fi_eq_sread(eq_, &event, &e, sizeof(e), 1000, 0), kEntrySize);
+  EXPECT_EQ(e.data, 5u);
 }
 
 TEST_P(EqWait, SreadWithPeekLeavesTheEvent) {
