@@ -488,7 +488,6 @@ class HostileHugeRead : public ::testing::TestWithParam<uint64_t> {
   std::unique_ptr<HugeReadTarget> t_;
   RawConnection raw_;
   size_t most_held_ = 0;
-
 };
 
 constexpr uint32_t kMore = 1u << 7;  // kReadResp: a piece, and more follow (wire.h)
@@ -562,9 +561,8 @@ TEST_P(HostileHugeRead, AReadOfAHugeRegionHoldsOnePieceAtATimeAndArrivesWhole) {
   EXPECT_EQ(head, "head");
   EXPECT_EQ(tail, "tail");
   EXPECT_LT(most_held_ - std::min(most_held_, before), kHeld)
-      << "bytes held while the answer was taken; RssAnon " << status_kib("RssAnon:")
-      << ", RssFile " << status_kib("RssFile:") << ", the region's in memory "
-      << t_->region_resident();
+      << "bytes held while the answer was taken; RssAnon " << status_kib("RssAnon:") << ", RssFile "
+      << status_kib("RssFile:") << ", the region's in memory " << t_->region_resident();
 }
 
 TEST_P(HostileHugeRead, ARegionClosedWhileItsReadIsAnsweredEndsTheAnswerWithItsRefusal) {
