@@ -100,12 +100,16 @@ CompletionQueue::~CompletionQueue() {
 }
 
 Status CompletionQueue::reserve(size_t n) {
+  return reserve_leaving(n, 0);
+}
+
+Status CompletionQueue::reserve_leaving(size_t n, size_t keep) {
   if (overrun()) return Code::kOverrun;
   const auto want = static_cast<int64_t>(n);
   // A transiently negative count can make a racing reserve() fail with kAgain; kAgain is
   // always retryable, so that is harmless and keeps the fast path to one RMW.
-  if (credits_.fetch_sub(want, std::memory_order_acquire) < want) {
-    credits_.fetch_add(want, std::memory_order_relaxed);
+  if (credits_.fetch_sub(want, std::memory_order_acquire) < want + static_cast<int64_t>(keep)) {
+    give_back(n);
     return Code::kAgain;
   }
   return OkStatus();

@@ -109,6 +109,9 @@ class CompletionQueue final : public WaitSetMember {
   // Producers.
   // kAgain when fewer than n credits are free; kOverrun once overrun.
   Status reserve(size_t n = 1);
+  // reserve(), leaving at least `keep` credits free for other producers: kAgain when fewer than
+  // n + keep are free. The same one read-modify-write.
+  Status reserve_leaving(size_t n, size_t keep);
   void cancel_reservation(size_t n = 1);
   // Each consumes one reservation and cannot fail. err_data beyond kCqMaxErrData is truncated
   // (the entry's err_data_size says how much was kept).

@@ -125,7 +125,8 @@ Cq::Cq(Domain* domain, const fi_cq_attr& attr, WaitSet* wait_set,
       threshold_cond_(raw_enum(attr.wait_cond) == FI_CQ_COND_THRESHOLD),
       legacy_err_data_(domain->fabric()->legacy_err_data()),
       err_src_addr_(domain->fabric()->api().cq_err_src_addr()),
-      queue_(std::move(queue)) {
+      queue_(std::move(queue)),
+      receive_share_(queue_->capacity() / 4) {
   init_fid(&box_.fid.fid, FI_CLASS_CQ, context, &CqOps::fi_ops_);
   box_.fid.ops = &CqOps::cq_ops_;
   box_.owner = this;

@@ -14,6 +14,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_eq.h>
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -52,6 +53,18 @@ class Cq final : public Object, public AsyncTarget {
   // already holds the `want` entries the read asks for (0: always).
   void drive(size_t want = 0);
   ExternalWait& external() { return external_; }
+  // A transmit's slot, taken when it is posted (kAgain: none). On a CQ that also takes receive
+  // completions, transmits leave a quarter of its slots (none of fewer than 4) to those: a send
+  // whose completion waits for its peer's receive (a direct copy through shared memory) must never
+  // hold every slot while the peer, in the same state, waits for a slot to complete the
+  // receive that would complete it. Two ranks each posting a window of large sends to the
+  // other through one CQ apiece (IMB Biband) otherwise wait on each other for ever.
+  core::Status reserve_transmit() {
+    return queue_->reserve_leaving(
+        1, takes_receives_.load(std::memory_order_relaxed) ? receive_share_ : 0);
+  }
+  // Bound with FI_RECV: from now on transmits leave receives their share.
+  void takes_receives() { takes_receives_.store(true, std::memory_order_relaxed); }
   // After a read (which may have made room): the messages that waited for room go on
   // (Fabric::resume_room_waiters()). Returns `rc`. Holding no lock.
   ssize_t after_read(ssize_t rc) {
@@ -70,6 +83,8 @@ class Cq final : public Object, public AsyncTarget {
   // API >= 1.20: the application's fi_cq_err_entry ends with src_addr, which readerr sets.
   const bool err_src_addr_;
   std::unique_ptr<core::CompletionQueue> queue_;
+  const size_t receive_share_;  // reserve_transmit(): a quarter of the capacity, rounded down
+  std::atomic<bool> takes_receives_{false};
   ExternalWait external_;
 };
 

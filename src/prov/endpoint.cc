@@ -1145,7 +1145,7 @@ ssize_t Endpoint::post_payload(const SendRequest& req) {
     op = tx_ring_.take(reserve);
     if (op == nullptr) return -FI_EAGAIN;
     if (reserve) {
-      if (core::Status s = tx_cq_->queue().reserve(1); !s.ok()) {
+      if (core::Status s = tx_cq_->reserve_transmit(); !s.ok()) {
         tx_ring_.release(op);
         return s.to_fi();
       }
@@ -1289,7 +1289,7 @@ ssize_t Endpoint::send_inline(const SendRequest& req, size_t len) {
     }
     if (!req.inject_call && tx_cq_ != nullptr) {
       // The slot the ordinary path would take; with none free, that path says so.
-      if (!tx_cq_->queue().reserve(1).ok()) return kNotInline;
+      if (!tx_cq_->reserve_transmit().ok()) return kNotInline;
       cq = tx_cq_;
       report = !tx_selective_ || (req.flags & FI_COMPLETION) != 0;
     }
@@ -1354,7 +1354,7 @@ ssize_t Endpoint::send_dgram(const SendRequest& req, size_t len) {
     sock = dgram_sock_.get();
     cntr = tx_cntr_;
     if (!req.inject_call && tx_cq_ != nullptr) {
-      if (core::Status st = tx_cq_->queue().reserve(1); !st.ok()) return st.to_fi();
+      if (core::Status st = tx_cq_->reserve_transmit(); !st.ok()) return st.to_fi();
       cq = tx_cq_;
       report = !tx_selective_ || (req.flags & FI_COMPLETION) != 0;
     }

@@ -228,6 +228,7 @@ struct EpOps {
         }
         if (flags & FI_RECV) {
           cq->hold();
+          cq->takes_receives();
           e->rx_cq_.store(cq, std::memory_order_release);
           e->rx_selective_ = selective;
         }

@@ -53,6 +53,57 @@ TEST_F(Rdm, SendReachesThePeerAndBothSidesComplete) {
   EXPECT_STREQ(in, out);
 }
 
+// Two endpoints each post a window of large receives, then a window of large sends to each
+// other, twice the size of their CQs (one CQ each, for both directions), as IMB's Biband does
+// through Open MPI: a send that finds no slot gets -FI_EAGAIN, the application reads its CQ
+// and posts again, and everything completes. A send through shared memory completes once its
+// receiver has copied it, and a receive takes its slot when its message comes: transmits
+// holding every slot of both CQs would have each side's arrivals wait for room that only the
+// other side's copies could make.
+TEST_F(Rdm, TwoEndpointsSendingLargeWindowsToEachOtherThroughSmallCqsBothFinish) {
+  constexpr size_t kLen = size_t{1} << 20;
+  constexpr size_t kCqSize = 16;
+  constexpr int kWindow = 2 * kCqSize;
+  Ep* side[2] = {open_ep({.cq_size = kCqSize}), open_ep({.cq_size = kCqSize})};
+  ASSERT_NE(side[0], nullptr);
+  ASSERT_NE(side[1], nullptr);
+  std::vector<char> sbuf[2] = {std::vector<char>(kLen, 'a'), std::vector<char>(kLen, 'b')};
+  std::vector<char> rbuf[2] = {std::vector<char>(kLen), std::vector<char>(kLen)};
+  for (int s = 0; s < 2; ++s) {
+    for (int i = 0; i < kWindow; ++i) {
+      ASSERT_EQ(
+          fi_trecv(side[s]->ep, rbuf[s].data(), kLen, nullptr, side[1 - s]->addr, 7, 0, nullptr),
+          0);
+    }
+  }
+  int posted[2] = {0, 0};
+  int completed[2] = {0, 0};
+  const auto t0 = std::chrono::steady_clock::now();
+  while (completed[0] < 2 * kWindow || completed[1] < 2 * kWindow) {
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20))
+        << "sends posted " << posted[0] << " and " << posted[1] << ", completions read "
+        << completed[0] << " and " << completed[1] << " of " << 2 * kWindow << " each";
+    for (int s = 0; s < 2; ++s) {
+      while (posted[s] < kWindow) {
+        const ssize_t rc =
+            fi_tsend(side[s]->ep, sbuf[s].data(), kLen, nullptr, side[1 - s]->addr, 7, nullptr);
+        if (rc == -FI_EAGAIN) break;
+        ASSERT_EQ(rc, 0) << fi_strerror(static_cast<int>(-rc));
+        ++posted[s];
+      }
+      fi_cq_tagged_entry e[kCqSize];
+      const ssize_t n = fi_cq_read(side[s]->cq, e, kCqSize);
+      if (n == -FI_EAGAIN) continue;
+      ASSERT_GT(n, 0) << fi_strerror(static_cast<int>(-n));
+      completed[s] += static_cast<int>(n);
+    }
+  }
+  EXPECT_EQ(rbuf[0][0], 'b');
+  EXPECT_EQ(rbuf[0][kLen - 1], 'b');
+  EXPECT_EQ(rbuf[1][0], 'a');
+  EXPECT_EQ(rbuf[1][kLen - 1], 'a');
+}
+
 TEST_F(Rdm, BufferListsWhoseLengthsWrapTheAddressSpaceAreInvalidAndPostNothing) {
   Ep* a = open_ep();
   Ep* b = open_ep();
