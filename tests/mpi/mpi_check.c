@@ -12,6 +12,13 @@
  *                NO_OP) and MPI_Compare_and_swap in fence, lock (exclusive, shared, lock_all)
  *                and post/start/complete/wait epochs, and 1 MiB puts and gets, on windows of
  *                MPI_Win_create'd memory (osc/rdma over btl/ofi: fabq's RMA and atomics)
+ *   bottom       struct datatypes at absolute addresses sent from and received into
+ *                MPI_BOTTOM (mpi4py's testAlltoallwBottom): Send/Recv, Isend/Irecv and
+ *                Sendrecv deliver the bytes; a persistent send, which Open MPI before 4.1.6
+ *                hands the provider as a NULL buffer (its MTL leaves out the type's lower
+ *                bound), is refused by fabq (-FI_EINVAL) and MPI_Start reports the error
+ *                instead of hanging (MPI_Alltoallw from MPI_BOTTOM hangs in that Open MPI
+ *                anyway: coll/basic ignores what MPI_Start returns and waits)
  * Rank 0 prints "mpi_check <suite>: OK (<n> ranks, <k> network namespaces)"; any failure
  * prints what and aborts. */
 #include <mpi.h>
@@ -505,6 +512,79 @@ static void rma(void) {
   rma_large();
 }
 
+/* The bottom suite: `count` ints at `at` as one struct datatype whose only displacement is the
+ * absolute address of `at` (MPI_Get_address), used from MPI_BOTTOM. */
+static MPI_Datatype absolute_ints(int* at, int count) {
+  MPI_Aint where;
+  MPI_Get_address(at, &where);
+  MPI_Datatype t, ints = MPI_INT;
+  MPI_Type_create_struct(1, &count, &where, &ints, &t);
+  MPI_Type_commit(&t);
+  return t;
+}
+
+static void check_ints(const int* got, int count, int from, const char* how) {
+  for (int i = 0; i < count; ++i) {
+    CHECK(got[i] == from * 1000 + i, "%s: int %d is %d, not %d", how, i, got[i], from * 1000 + i);
+  }
+}
+
+static void bottom(void) {
+  enum { kCount = 64 };
+  const int peer = rank ^ 1;
+  if (peer >= size) return;
+  int out[kCount], in[kCount];
+  for (int i = 0; i < kCount; ++i) out[i] = rank * 1000 + i;
+  MPI_Datatype st = absolute_ints(out, kCount);
+  MPI_Datatype rt = absolute_ints(in, kCount);
+  MPI_Request rq[2];
+
+  memset(in, 0, sizeof(in));
+  if (rank < peer) {
+    MPI_Send(MPI_BOTTOM, 1, st, peer, 1, MPI_COMM_WORLD);
+    MPI_Recv(MPI_BOTTOM, 1, rt, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  } else {
+    MPI_Recv(MPI_BOTTOM, 1, rt, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Send(MPI_BOTTOM, 1, st, peer, 1, MPI_COMM_WORLD);
+  }
+  check_ints(in, kCount, peer, "MPI_Send from MPI_BOTTOM");
+
+  memset(in, 0, sizeof(in));
+  MPI_Irecv(MPI_BOTTOM, 1, rt, peer, 2, MPI_COMM_WORLD, &rq[0]);
+  MPI_Isend(MPI_BOTTOM, 1, st, peer, 2, MPI_COMM_WORLD, &rq[1]);
+  MPI_Waitall(2, rq, MPI_STATUSES_IGNORE);
+  check_ints(in, kCount, peer, "MPI_Isend from MPI_BOTTOM");
+
+  memset(in, 0, sizeof(in));
+  MPI_Sendrecv(MPI_BOTTOM, 1, st, peer, 3, MPI_BOTTOM, 1, rt, peer, 3, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+  check_ints(in, kCount, peer, "MPI_Sendrecv from MPI_BOTTOM");
+
+  /* A persistent send: the data, or an error MPI_Start reports; never a hang. */
+  memset(in, 0, sizeof(in));
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Irecv(MPI_BOTTOM, 1, rt, peer, 4, MPI_COMM_WORLD, &rq[0]);
+  MPI_Send_init(MPI_BOTTOM, 1, st, peer, 4, MPI_COMM_WORLD, &rq[1]);
+  const int started = MPI_Start(&rq[1]);
+  if (started == MPI_SUCCESS) {
+    MPI_Wait(&rq[1], MPI_STATUS_IGNORE);
+  } else {
+    /* Refused: the peer's receive still wants its message. */
+    MPI_Send(out, kCount, MPI_INT, peer, 4, MPI_COMM_WORLD);
+  }
+  MPI_Request_free(&rq[1]);
+  MPI_Wait(&rq[0], MPI_STATUS_IGNORE);
+  check_ints(in, kCount, peer, "a persistent send from MPI_BOTTOM");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+  int refused = started != MPI_SUCCESS, any = 0;
+  MPI_Allreduce(&refused, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && any) {
+    printf("mpi_check bottom: a persistent send from MPI_BOTTOM was refused (MPI_Start: error)\n");
+  }
+  MPI_Type_free(&st);
+  MPI_Type_free(&rt);
+}
+
 int main(int argc, char** argv) {
   const char* suite = argc > 1 ? argv[1] : "";
   int provided = MPI_THREAD_SINGLE;
@@ -528,8 +608,10 @@ int main(int argc, char** argv) {
     onesided();
   } else if (strcmp(suite, "rma") == 0) {
     rma();
+  } else if (strcmp(suite, "bottom") == 0) {
+    bottom();
   } else {
-    CHECK(0, "unknown suite '%s' (p2p, collectives, threads, large, onesided, rma)", suite);
+    CHECK(0, "unknown suite '%s' (p2p, collectives, threads, large, onesided, rma, bottom)", suite);
   }
   /* Where the ranks ran: one network namespace per host in tests/mpi/mpi_test.sh. */
   const int namespaces = network_namespaces(MPI_COMM_WORLD);
