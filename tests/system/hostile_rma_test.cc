@@ -324,21 +324,8 @@ void reset_peak_rss() {
   }
 }
 
-// The most this process has held at once since reset_peak_rss() (VmHWM), in bytes.
-size_t peak_rss() {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  if (f == nullptr) return 0;
-  char line[256];
-  size_t kib = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::sscanf(line, "VmHWM: %zu kB", &kib) == 1) break;
-  }
-  std::fclose(f);
-  return kib * 1024;
-}
-
 // One field of /proc/self/status ("RssAnon:"), in bytes.
-size_t status_kib(const char* field) {
+size_t status_bytes(const char* field) {
   FILE* f = std::fopen("/proc/self/status", "r");
   if (f == nullptr) return 0;
   char line[256];
@@ -349,6 +336,11 @@ size_t status_kib(const char* field) {
   }
   std::fclose(f);
   return kib * 1024;
+}
+
+// The most this process has held at once since reset_peak_rss() (VmHWM), in bytes.
+size_t peak_rss() {
+  return status_bytes("VmHWM:");
 }
 
 // Growth of the peak beyond this fails: a 64 KiB piece, the socket's own buffers (kernel
@@ -479,7 +471,7 @@ class HostileHugeRead : public ::testing::TestWithParam<uint64_t> {
   // the program that the kernel took away under pressure and a read brings back raise the peak
   // without anything being held for the peer.
   size_t held() {
-    const size_t anon = status_kib("RssAnon:");
+    const size_t anon = status_bytes("RssAnon:");
     const size_t region = t_->region_resident();
     return anon > region ? anon - region : 0;
   }
@@ -561,8 +553,9 @@ TEST_P(HostileHugeRead, AReadOfAHugeRegionHoldsOnePieceAtATimeAndArrivesWhole) {
   EXPECT_EQ(head, "head");
   EXPECT_EQ(tail, "tail");
   EXPECT_LT(most_held_ - std::min(most_held_, before), kHeld)
-      << "bytes held while the answer was taken; RssAnon " << status_kib("RssAnon:") << ", RssFile "
-      << status_kib("RssFile:") << ", the region's in memory " << t_->region_resident();
+      << "bytes held while the answer was taken; RssAnon " << status_bytes("RssAnon:")
+      << ", RssFile " << status_bytes("RssFile:") << ", the region's in memory "
+      << t_->region_resident();
 }
 
 TEST_P(HostileHugeRead, ARegionClosedWhileItsReadIsAnsweredEndsTheAnswerWithItsRefusal) {
