@@ -174,13 +174,11 @@ Status wait_until(WaitGate& gate, uint64_t wake_at, const Deadline& deadline, in
     } while (monotonic_ns() < end);
   }
   for (;;) {
+    Deadline until = deadline;
     if (yield) {
       if (deadline.expired()) return Code::kAgain;
       sched_yield();
       if (ready()) return OkStatus();
-    }
-    Deadline until = deadline;
-    if (yield) {
       until = Deadline::after_ns(
           deadline.is_never() ? kYieldNapNs : std::min(kYieldNapNs, deadline.remaining_ns()));
     }
