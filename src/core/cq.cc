@@ -109,7 +109,10 @@ Status CompletionQueue::reserve_leaving(size_t n, size_t keep) {
   // A transiently negative count can make a racing reserve() fail with kAgain; kAgain is
   // always retryable, so that is harmless and keeps the fast path to one RMW.
   if (credits_.fetch_sub(want, std::memory_order_acquire) < want + static_cast<int64_t>(keep)) {
-    give_back(n);
+    // Credits this take hid for a moment from an await_room() are room that waiter must hear
+    // of. None free once they are back (the queue is full): nothing to tell, and telling would
+    // make a producer that retries on the hook's word (a receive waiting for room) loop.
+    if (credits_.fetch_add(want, std::memory_order_seq_cst) + want > 0) wake_room_waiter();
     return Code::kAgain;
   }
   return OkStatus();
@@ -121,6 +124,10 @@ void CompletionQueue::cancel_reservation(size_t n) {
 
 void CompletionQueue::give_back(size_t n) {
   credits_.fetch_add(static_cast<int64_t>(n), std::memory_order_seq_cst);
+  wake_room_waiter();
+}
+
+void CompletionQueue::wake_room_waiter() {
   // The usual case, nobody waiting, is one load. A waiter that armed after this load sees the
   // credits (await_room()).
   if (room_wanted_.load(std::memory_order_seq_cst) &&

@@ -172,6 +172,8 @@ class CompletionQueue final : public WaitSetMember {
   uint64_t claim_reserved();
   // Returns n credits, and calls the room hook if somebody waits for room.
   void give_back(size_t n);
+  // Calls the room hook once if somebody waits for room (room_wanted_, cleared here).
+  void wake_room_waiter();
   Result<size_t> read_locked(void* buf, size_t count, fi_addr_t* src_addr, size_t min_ready)
       FABQ_REQUIRES(read_lock_);
   bool signalled_since(uint64_t seen) const {
