@@ -238,6 +238,7 @@ class FakeOwner final : public Owner {
   void async_event(uint32_t) override {}
   core::NetFault take_net_fault() override { return core::NetFault::kNone; }
   bool can_free(const Connection*) override { return true; }
+  bool holds(const Connection*) override { return false; }
 
   bool stall = false;
   bool aborted = false;
