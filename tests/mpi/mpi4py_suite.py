@@ -1,7 +1,6 @@
 """Runs mpi4py's own test suite (its test/ folder, not ours) on every rank, module by module.
 
-    mpi4py_suite.py <mpi4py test dir> [--modules a,b,...] [--except a,b,...] [--skip FILE]
-                    [--verbose]
+    mpi4py_suite.py <mpi4py test dir> [--modules a,b,...] [--skip FILE] [--verbose]
 
 Every rank runs the same modules and skips the same test cases, so that their collective calls
 meet. A test case is skipped only by name, with its reason, as FILE lists them: one per line,
@@ -66,7 +65,6 @@ def main():
     parser.add_argument("testdir")
     parser.add_argument("--modules", default="")
     parser.add_argument("--skip", default="")
-    parser.add_argument("--except", dest="excluded", default="", help="modules not to run")
     parser.add_argument("--verbose", action="store_true", help="name every case as it runs")
     args = parser.parse_args()
 
@@ -91,8 +89,6 @@ def main():
             for f in os.listdir(args.testdir)
             if f.startswith("test_") and f.endswith(".py")
         )
-    excluded = set(args.excluded.split(",")) - {""}
-    modules = [m for m in modules if m not in excluded]
     skips = read_skips(args.skip)
     used = set()
     failed_modules = []
